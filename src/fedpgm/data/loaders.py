@@ -245,4 +245,4 @@ def load_csv(arg: str, options: LoadOptions) -> Dataset:
         schema, reasons = infer_schema(raw, options.label)
         how = "inferred: " + "; ".join(f"{k}: {schema[k].kind} ({v})" for k, v in reasons.items())
     frame = schema.encode(raw, str(path))
-    return finish(f"csv:{path.name}", frame, schema, options, source=str(path), schema=how)
+    return finish(f"csv:{path.name}", frame, schema, options, source=str(path), schema_source=how)

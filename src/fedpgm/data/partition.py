@@ -348,8 +348,14 @@ def hybrid(dataset: Dataset, clients: int, seed: int = 0, shared: int | None = N
 def partition(dataset: Dataset, split: str, clients: int, seed: int = 0, **options) -> Partition:
     """Dispatch to ``horizontal``, ``vertical`` or ``hybrid`` with their keyword options."""
     funcs = {"horizontal": horizontal, "vertical": vertical, "hybrid": hybrid}
+    allowed = {"horizontal": {"scheme", "alpha", "classes_per_client", "min_rows"},
+               "vertical": {"groups", "label_to"}, "hybrid": {"shared", "overlap", "label_to"}}
     if split not in funcs:
         raise FedpgmError(f"unknown split '{split}'; use one of {SPLITS}")
+    extra = sorted(set(options) - allowed[split])
+    if extra:
+        raise FedpgmError(f"option(s) {extra} do not apply to a {split} split "
+                          f"(it takes {sorted(allowed[split])})")
     return funcs[split](dataset, clients, seed, **options)
 
 

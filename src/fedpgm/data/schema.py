@@ -181,7 +181,7 @@ class Schema:
                 bad = v[(v != np.round(v)) | (v < 0) | (v >= f.cardinality)]
                 if bad.size:
                     raise FedpgmError(
-                        f"{what} column '{f.name}' holds code {bad[0]!r} outside 0..{f.cardinality - 1}"
+                        f"{what} column '{f.name}' holds code {float(bad[0])} outside 0..{f.cardinality - 1}"
                         f" ({f.kind} with categories {list(f.categories)})"
                     )
         if self.label is not None and frame[self.label].isna().any():

@@ -1,0 +1,110 @@
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fedpgm.cli import main
+
+
+def run(capsys, *args):
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as e:
+        code = e.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_datasets_lists_every_loader(capsys):
+    code, out, _ = run(capsys, "datasets")
+    assert code == 0
+    for name in ("breast_cancer", "digits", "wine", "adult", "credit", "debd:", "csv:", "bn:asia",
+                 "bn:alarm", "synthetic:gmm", "synthetic:mixed"):
+        assert name in out
+    assert "569" in out  # breast cancer rows
+
+
+def test_partition_writes_manifest_and_csvs(capsys, tmp_path):
+    out_dir = tmp_path / "wine"
+    code, out, err = run(capsys, "partition", "wine", "--split", "horizontal", "--clients", "3",
+                         "--scheme", "dirichlet", "--alpha", "1.0", "--seed", "2", "--out", str(out_dir))
+    assert code == 0, err
+    man = json.loads((out_dir / "manifest.json").read_text())
+    assert man["params"] == {"seed": 2, "scheme": "dirichlet", "alpha": 1.0}
+    assert sum(c["n_train"] for c in man["clients"]) == 142
+    assert sorted(p.name for p in out_dir.glob("*.csv")) == [
+        "client-0.csv", "client-0.test.csv", "client-1.csv", "client-1.test.csv", "client-2.csv",
+        "client-2.test.csv"]
+
+
+def test_schema_command_infers_and_writes(capsys, tmp_path):
+    csv = tmp_path / "t.csv"
+    csv.write_text("age,smoker,y\n30,yes,0\n41,no,1\n52,no,1\n")
+    code, out, _ = run(capsys, "schema", f"csv:{csv}", "--label", "y", "--out", str(tmp_path / "s.json"))
+    assert code == 0 and "smoker" in out and "binary" in out
+    assert json.loads((tmp_path / "s.json").read_text())["label"] == "y"
+
+
+@pytest.fixture
+def bad_csvs(tmp_path):
+    files = {
+        "dupe.csv": "a,b,a\n1,2,3\n4,5,6\n",
+        "nanlabel.csv": "x,y\n1,0\n2,\n3,1\n4,0\n",
+        "binary.csv": None,
+    }
+    for name, text in files.items():
+        if text is None:
+            (tmp_path / name).write_bytes(b"\x00\xff\xfe\x00\x01garbage")
+        else:
+            (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["partition", "nosuch", "--split", "vertical", "--clients", "2"], "unknown dataset 'nosuch'"),
+    (["partition", "csv:{d}/missing.csv", "--split", "vertical", "--clients", "2"], "does not exist"),
+    (["partition", "csv:{d}/binary.csv", "--split", "vertical", "--clients", "2"], "cannot read"),
+    (["partition", "csv:{d}/dupe.csv", "--split", "vertical", "--clients", "2"], "repeats column name"),
+    (["partition", "csv:{d}/nanlabel.csv", "--label", "y", "--split", "horizontal", "--clients", "2"],
+     "label column 'y' has 1 missing"),
+    (["partition", "wine", "--split", "vertical", "--clients", "2", "--groups", "alcohol;zzz"],
+     "unknown column"),
+    (["partition", "wine", "--split", "horizontal", "--clients", "500"], "cannot be split across 500"),
+    (["partition", "wine", "--split", "vertical", "--clients", "14"], "13 feature columns"),
+    (["partition", "wine", "--split", "horizontal", "--clients", "0"], "at least 1"),
+    (["partition", "wine", "--split", "horizontal", "--clients", "2", "--scheme", "dirichlet",
+      "--alpha", "0"], "alpha must be > 0"),
+    (["partition", "adult", "--data-dir", "{d}", "--split", "vertical", "--clients", "2"],
+     "needs the file"),
+])
+def test_bad_input_is_one_line_exit_2_nothing_written(capsys, bad_csvs, args, message):
+    out_dir = bad_csvs / "out"
+    args = [a.format(d=bad_csvs) for a in args] + ["--out", str(out_dir)]
+    code, _, err = run(capsys, *args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
+    assert not out_dir.exists()
+    assert not [p for p in bad_csvs.iterdir() if "partial" in p.name]
+
+
+def test_console_script_exit_code(tmp_path):
+    exe = shutil.which("fedpgm", path=os.path.dirname(sys.executable))
+    assert exe, "the fedpgm console script is installed beside the interpreter"
+    res = subprocess.run([exe, "partition", "wine", "--split", "vertical", "--clients", "99",
+                          "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert res.stderr.strip().startswith("error: 13 feature columns cannot be split")
+    res = subprocess.run([exe, "partition", "wine", "--split", "vertical"], capture_output=True, text=True)
+    assert res.returncode == 2  # typer's own usage error: missing --clients
+
+
+def test_demo_runs(capsys):
+    code, out, _ = run(capsys, "demo")
+    assert code == 0
+    assert "horizontal partition, 5 clients" in out and "hybrid partition, 2 clients" in out
