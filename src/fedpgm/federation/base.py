@@ -1,0 +1,145 @@
+"""Server side: the federation handle every algorithm talks to, whatever the backend.
+
+``broadcast`` sends one request per client (concurrently where the backend can) and returns
+``Replies``: the decoded messages of the clients that answered and a typed ``ClientFailure``
+for each that did not (it raised, timed out, disappeared or sent undecodable bytes). Nothing
+hangs beyond the timeout and no reply goes missing silently; the algorithm decides whether to
+go on (``replies.require_all()`` raises ``ClientFailed`` naming the clients).
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.codec import CodecError, Message, decode, encode
+from fedpgm.federation.ledger import Ledger
+
+FAILURE_KINDS = ("error", "timeout", "unavailable", "decode")
+logger = logging.getLogger("fedpgm.federation")
+
+
+@dataclass(frozen=True)
+class ClientFailure:
+    """Why one client gave no reply to one message."""
+
+    client: str
+    message: str
+    kind: str  # one of FAILURE_KINDS
+    detail: str
+
+    def __str__(self) -> str:
+        return f"client '{self.client}' failed on '{self.message}' ({self.kind}): {self.detail}"
+
+
+class ClientFailed(FedpgmError):
+    """Raised by ``Replies.require_all`` when clients failed; ``failures`` lists them."""
+
+    def __init__(self, failures: list[ClientFailure]) -> None:
+        self.failures = failures
+        super().__init__("; ".join(str(f) for f in failures))
+
+
+@dataclass
+class Replies:
+    messages: dict[str, Message] = field(default_factory=dict)
+    failures: dict[str, ClientFailure] = field(default_factory=dict)
+
+    def require_all(self) -> dict[str, Message]:
+        if self.failures:
+            raise ClientFailed(list(self.failures.values()))
+        return self.messages
+
+    def __getitem__(self, client: str) -> Message:
+        if client in self.failures:
+            raise ClientFailed([self.failures[client]])
+        return self.messages[client]
+
+
+Outcome = bytes | bytearray | ClientFailure
+AuditHook = Callable[[str, Message], None]
+
+
+class Federation(ABC):
+    """A handle on K clients. Subclasses implement ``_exchange`` (bytes in, bytes out)."""
+
+    def __init__(self, client_ids: Iterable[str], audit: AuditHook | None = None) -> None:
+        self._clients = list(client_ids)
+        self.ledger = Ledger()
+        self.audit = audit
+        self.lost: dict[str, ClientFailure] = {}  # clients that are gone for good
+
+    @property
+    def clients(self) -> list[str]:
+        """The clients still reachable (lost ones are dropped)."""
+        return [c for c in self._clients if c not in self.lost]
+
+    @abstractmethod
+    def _exchange(self, requests: dict[str, bytearray], names: dict[str, str],
+                  timeout: float | None) -> dict[str, Outcome]:
+        """Deliver each client's request bytes; return reply bytes or a failure per client."""
+
+    def close(self) -> None:
+        """Release processes or connections (idempotent)."""
+
+    def log(self, text: str) -> None:
+        """Progress of a server procedure (streamed by ``flwr run``; logged in-process)."""
+        logger.info("%s", text)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def send(self, client: str, name: str, arrays: dict[str, np.ndarray] | None = None,
+             config: dict | None = None, timeout: float | None = None) -> Replies:
+        return self.broadcast(name, arrays, config, clients=[client], timeout=timeout)
+
+    def broadcast(self, name: str, arrays: dict[str, np.ndarray] | None = None,
+                  config: dict | None = None, clients: Iterable[str] | None = None,
+                  timeout: float | None = None,
+                  per_client: dict[str, tuple[dict, dict]] | None = None) -> Replies:
+        """Send ``name`` to ``clients`` (default: all reachable) in one round.
+
+        ``per_client[c] = (arrays, config)`` overrides the payload for client ``c``.
+        """
+        targets = list(self.clients if clients is None else clients)
+        unknown = [c for c in targets if c not in self._clients]
+        if unknown:
+            raise FedpgmError(f"unknown client(s) {unknown}; the federation has {self._clients}")
+        replies = Replies()
+        self.ledger.new_round()
+        requests = {}
+        for c in targets:
+            if c in self.lost:
+                replies.failures[c] = ClientFailure(c, name, "unavailable",
+                                                    f"lost earlier: {self.lost[c].detail}")
+                continue
+            a, cfg = (per_client or {}).get(c, (arrays or {}, config or {}))
+            data = encode(Message(name, a, cfg))
+            self.ledger.record("down", c, name, len(data))
+            requests[c] = data
+        outcomes = self._exchange(requests, {c: name for c in requests}, timeout)
+        for c in requests:
+            out = outcomes.get(c, ClientFailure(c, name, "unavailable", "no reply"))
+            if isinstance(out, ClientFailure):
+                replies.failures[c] = out
+                if out.kind in ("timeout", "unavailable"):
+                    self.lost[c] = out
+                continue
+            self.ledger.record("up", c, name, len(out))
+            try:
+                msg = decode(out)
+            except CodecError as e:
+                replies.failures[c] = ClientFailure(c, name, "decode", str(e))
+                continue
+            if self.audit is not None:
+                self.audit(c, msg)
+            replies.messages[c] = msg
+        return replies

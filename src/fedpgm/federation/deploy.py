@@ -1,0 +1,225 @@
+"""A real multi-process Flower deployment on loopback: one SuperLink, one SuperNode per client
+CSV (as written by ``fedpgm partition``), then ``flwr run``.
+
+``LoopbackDeployment`` starts every process itself (ports chosen free on 127.0.0.1, each in its
+own process group), records their PIDs, and stops all of them, children included, on
+``stop()``/exit. The same commands with TLS and SuperNode authentication work across machines:
+see ``docs/runtime.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+from fedpgm.errors import FedpgmError
+
+ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def app_dir() -> Path:
+    return Path(str(files("fedpgm.federation") / "flower_app"))
+
+
+def flwr_tool(name: str) -> str:
+    """The Flower executable installed beside this interpreter."""
+    path = Path(sys.executable).parent / name
+    return str(path) if path.exists() else name
+
+
+def toml_value(v) -> str:
+    return json.dumps(v) if isinstance(v, str) else repr(v).lower() if isinstance(v, bool) else repr(v)
+
+
+@dataclass
+class Node:
+    client_id: str
+    process: subprocess.Popen
+    port: int
+
+
+class LoopbackDeployment:
+    """SuperLink + SuperNodes for the clients in ``partition_dir`` (its ``manifest.json``)."""
+
+    def __init__(self, partition_dir: str | Path, workdir: str | Path | None = None,
+                 clients: list[str] | None = None) -> None:
+        self.partition_dir = Path(partition_dir).resolve()
+        manifest = self.partition_dir / "manifest.json"
+        if not manifest.is_file():
+            raise FedpgmError(f"{self.partition_dir} has no manifest.json; write one with `fedpgm partition`")
+        entries = json.loads(manifest.read_text())["clients"]
+        self.files = {e["id"]: self.partition_dir / e["train_file"] for e in entries}
+        self.client_ids = clients or list(self.files)
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fedpgm-flower-")).resolve()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        bindir = str(Path(sys.executable).parent)  # Flower starts its helpers by name from PATH
+        self.env = {**os.environ, **ENV, "FLWR_HOME": str(self.workdir / "flwr-home"),
+                    "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+        self.superlink: subprocess.Popen | None = None
+        self.nodes: dict[str, Node] = {}
+        self.port = 0
+
+    # -- processes --------------------------------------------------------------------------
+    def spawn(self, args: list[str], log: str, env: dict | None = None) -> subprocess.Popen:
+        out = open(self.workdir / log, "ab")
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env or self.env,
+                                start_new_session=True, cwd=self.workdir)
+
+    def start(self, timeout: float = 60.0) -> "LoopbackDeployment":
+        self.port = free_port()
+        self.superlink = self.spawn(
+            [flwr_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
+             "--disable-runtime-dependency-installation"], "superlink.log")
+        self.wait_port(self.port, self.superlink, "superlink.log", timeout)
+        for cid in self.client_ids:
+            self.start_node(cid)
+        home = Path(self.env["FLWR_HOME"])
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        return self
+
+    def start_node(self, client_id: str) -> Node:
+        if client_id not in self.files:
+            raise FedpgmError(f"no client '{client_id}' in {self.partition_dir}/manifest.json")
+        port = free_port()
+        work = self.workdir / "clients" / client_id
+        work.mkdir(parents=True, exist_ok=True)
+        config = " ".join(f"{k}={toml_value(v)}" for k, v in {
+            "client-id": client_id, "data": str(self.files[client_id]),
+            "schema": str(self.partition_dir / "manifest.json"), "workdir": str(work)}.items())
+        env = {**self.env, "FLWR_HOME": str(work / "flwr-home")}
+        proc = self.spawn([flwr_tool("flower-supernode"), "--insecure", "--superlink",
+                           f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port", str(port),
+                           "--node-config", config], f"supernode-{client_id}.log", env)
+        self.nodes[client_id] = Node(client_id, proc, port)
+        return self.nodes[client_id]
+
+    def wait_port(self, port: int, proc: subprocess.Popen, log: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not port_open(port):
+            if proc.poll() is not None:
+                tail = (self.workdir / log).read_text()[-500:]
+                raise FedpgmError(f"{log[:-4]} exited with code {proc.returncode}: {tail.strip()}")
+            if time.monotonic() > deadline:
+                raise FedpgmError(f"{log[:-4]} did not open port {port} within {timeout} s")
+            time.sleep(0.2)
+
+    @property
+    def pids(self) -> list[int]:
+        procs = ([self.superlink] if self.superlink else []) + [n.process for n in self.nodes.values()]
+        return [p.pid for p in procs]
+
+    def kill_node(self, client_id: str) -> None:
+        """SIGKILL one SuperNode and its children (a crash, for failure drills)."""
+        node = self.nodes[client_id]
+        kill_group(node.process, signal.SIGKILL)
+
+    def stop(self) -> None:
+        procs = [n.process for n in self.nodes.values()] + ([self.superlink] if self.superlink else [])
+        for p in procs:
+            kill_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            while group_alive(p.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)  # Flower's helper processes leave on their own within seconds
+            kill_group(p, signal.SIGKILL)
+
+    def __enter__(self) -> "LoopbackDeployment":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- runs -------------------------------------------------------------------------------
+    def submit(self, procedure: str, handlers: str, args: dict | None = None,
+               clients: int | None = None, timeout: float = 300.0, wait_s: float = 120.0) -> "Run":
+        """Start ``flwr run`` for ``procedure`` without waiting; see ``Run.result``."""
+        result = self.workdir / f"result-{time.time_ns()}.json"
+        cfg = self.workdir / "run-config.toml"
+        values = {"procedure": procedure, "handlers": handlers, "clients": clients or len(self.nodes),
+                  "args-json": json.dumps(args or {}), "result": str(result),
+                  "timeout-s": float(timeout), "wait-s": float(wait_s)}
+        cfg.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
+        log = self.workdir / f"flwr-run-{result.stem}.log"
+        cmd = [flwr_tool("flwr"), "run", str(app_dir()), "loopback", "--stream", "--run-config", str(cfg)]
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                    start_new_session=True, cwd=self.workdir)
+        return Run(proc, result, log)
+
+    def run(self, procedure: str, handlers: str, args: dict | None = None,
+            clients: int | None = None, timeout: float = 300.0, wait_s: float = 120.0) -> dict:
+        """``flwr run`` the procedure and return its result dict (raises on failure)."""
+        return self.submit(procedure, handlers, args, clients, timeout, wait_s).result(timeout)
+
+
+@dataclass
+class Run:
+    """A submitted ``flwr run``: its process, result file and streamed log."""
+
+    process: subprocess.Popen
+    result_path: Path
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def result(self, timeout: float = 300.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while not self.result_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)  # `flwr run --stream` may exit before or after the result lands
+        kill_group(self.process, signal.SIGTERM)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            kill_group(self.process, signal.SIGKILL)
+        if not self.result_path.exists():
+            raise FedpgmError(f"the Flower run gave no result within {timeout} s: "
+                              f"{self.output()[-800:].strip()}")
+        out = json.loads(self.result_path.read_text())
+        if "error" in out:
+            raise FedpgmError(f"the Flower run failed: {out['error']}")
+        return out
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def kill_group(proc: subprocess.Popen, sig: int) -> None:
+    """Signal a process's whole group (it was started in its own session)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

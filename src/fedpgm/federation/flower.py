@@ -1,0 +1,202 @@
+"""The Flower backend (``flwr==1.41.0``): the same server procedures and client handlers,
+run by a Flower ServerApp and ClientApp across processes or machines.
+
+- ``server_app`` (``@server_app.main()`` on a ``Grid``) reads its run config: ``procedure``
+  (``"module:function"``, called as ``procedure(federation, **args)``), ``handlers``
+  (``"module:NAME"``), ``clients`` (how many SuperNodes to wait for), ``args-json``,
+  ``result`` (path of the JSON result it writes), ``timeout-s`` and ``wait-s``.
+- ``client_app`` routes ``query.<name>``/``train.<name>`` to the handler of that name. Each
+  SuperNode loads only its own data, from its node config: ``client-id``, ``data`` (its CSV,
+  as written by ``fedpgm partition``), ``schema`` (``manifest.json`` or a schema JSON) and
+  ``workdir`` (where its state is kept between messages; Flower starts a new process per
+  message).
+- Payloads travel as an ``ArrayRecord`` holding the fedpgm codec's bytes (a uint8 ``Array``),
+  so decoding, dtypes, shapes and byte counts are identical to the in-process backend.
+
+The node-to-client map is made at start-up by a ``query.fedpgm_hello`` round that asks each
+node for its ``client-id``; that handshake is runtime overhead and not in the ledger.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict  # noqa: E402
+from flwr.app import Message as FlowerMessage  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.serverapp import Grid, ServerApp  # noqa: E402
+
+from fedpgm.data.partition import ClientData, load_client_csv  # noqa: E402
+from fedpgm.data.schema import Schema  # noqa: E402
+from fedpgm.errors import FedpgmError  # noqa: E402
+from fedpgm.federation.base import ClientFailure, Federation, Outcome  # noqa: E402
+from fedpgm.federation.handlers import (ClientContext, HandlerSet, load_handlers,  # noqa: E402
+                                        load_state, save_state)
+from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
+
+# Handler sets the ClientApp can route to (Flower needs every route at import time).
+KNOWN_HANDLERS = ["fedpgm.federation.reference:HANDLERS", "fedpgm.federation.diagnostics:HANDLERS"]
+HELLO = "fedpgm_hello"
+NODE_UNAVAILABLE = 5  # flwr.common.constant.ErrorCode.NODE_UNAVAILABLE
+POLL_S = 0.05
+
+
+def to_record(payload: bytes | bytearray) -> RecordDict:
+    return RecordDict({"fedpgm": ArrayRecord({"payload": Array(np.frombuffer(payload, np.uint8))})})
+
+
+def from_record(content: RecordDict) -> bytes:
+    return content["fedpgm"]["payload"].numpy().tobytes()
+
+
+class FlowerFederation(Federation):
+    """A federation over a Flower ``Grid`` (inside a ServerApp)."""
+
+    def __init__(self, grid: Grid, handlers: HandlerSet, expected: int, wait_s: float = 120.0,
+                 audit=None) -> None:
+        self.grid, self.handlers = grid, handlers
+        deadline = time.monotonic() + wait_s
+        while len(nodes := sorted(grid.get_node_ids())) < expected:
+            if time.monotonic() > deadline:
+                raise FedpgmError(f"only {len(nodes)} of {expected} SuperNodes connected within "
+                                  f"{wait_s} s; start the missing ones or lower 'clients'")
+            time.sleep(0.5)
+        asks = [FlowerMessage(RecordDict(), dst_node_id=n, message_type=f"query.{HELLO}")
+                for n in nodes]
+        self.node_of: dict[str, int] = {}
+        for reply in grid.send_and_receive(asks, timeout=wait_s):
+            if reply.has_content():
+                cid = str(reply.content["hello"]["client-id"])
+                if cid in self.node_of:
+                    raise FedpgmError(f"two SuperNodes claim client id '{cid}'; give each its own")
+                self.node_of[cid] = reply.metadata.src_node_id
+        super().__init__(sorted(self.node_of), audit)
+        self.log(f"clients: {self.node_of}")
+
+    def log(self, text: str) -> None:
+        print(f"fedpgm: {text}", flush=True)  # the ServerApp's output is what `flwr run` streams
+
+    def _exchange(self, requests, names, timeout) -> dict[str, Outcome]:
+        clients = list(requests)
+        msgs = [FlowerMessage(to_record(requests[c]), dst_node_id=self.node_of[c],
+                              message_type=f"{self.handlers.kind(names[c])}.{names[c]}",
+                              group_id=f"round-{self.ledger.rounds}") for c in clients]
+        ids = list(self.grid.push_messages(msgs))
+        client_of = dict(zip(ids, clients))
+        pending, results = set(ids), {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pending and (deadline is None or time.monotonic() < deadline):
+            for reply in self.grid.pull_messages(list(pending)):
+                mid = reply.metadata.reply_to_message_id
+                if mid not in pending:
+                    continue
+                pending.discard(mid)
+                c = client_of[mid]
+                if reply.has_error():
+                    kind = "unavailable" if reply.error.code == NODE_UNAVAILABLE else "error"
+                    results[c] = ClientFailure(c, names[c], kind, str(reply.error.reason))
+                else:
+                    results[c] = from_record(reply.content)
+            if pending:
+                time.sleep(POLL_S)
+        for mid in pending:
+            c = client_of[mid]
+            results[c] = ClientFailure(c, names[c], "timeout", f"no reply within {timeout} s")
+        return results
+
+
+def import_object(path: str):
+    module, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise FedpgmError(f"cannot import '{path}' ({e}); use 'package.module:NAME'") from None
+
+
+def run_procedure(federation: Federation, procedure: str, args: dict) -> dict:
+    """Call ``procedure(federation, **args)`` and add the ledger's totals."""
+    result = import_object(procedure)(federation, **args)
+    result.setdefault("communication", federation.ledger.totals())
+    return result
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    tmp = path.with_name(f".{path.name}.partial")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def server_main(grid: Grid, context: Context) -> None:
+    cfg = context.run_config
+    result_path = Path(str(cfg["result"]))
+    try:
+        handlers = load_handlers(str(cfg["handlers"]))
+        fed = FlowerFederation(grid, handlers, int(cfg["clients"]), float(cfg.get("wait-s", 120.0)))
+        result = run_procedure(fed, str(cfg["procedure"]), json.loads(str(cfg.get("args-json", "{}"))))
+        result["backend"] = "flower"
+        write_json_atomic(result_path, result)
+    except Exception as e:  # the caller reads the error from the result file
+        write_json_atomic(result_path, {"error": f"{type(e).__name__}: {e}"})
+        raise
+
+
+def node_context(context: Context) -> ClientContext:
+    """This SuperNode's client id, its data (its own CSV only) and its state from disk."""
+    nc = context.node_config
+    missing = [k for k in ("client-id", "data", "schema", "workdir") if k not in nc]
+    if missing:
+        raise FedpgmError(f"SuperNode node-config lacks {missing}; see docs/runtime.md")
+    schema_path = Path(str(nc["schema"]))
+    doc = json.loads(schema_path.read_text())
+    schema = Schema.from_dict(doc["schema"] if "clients" in doc else doc)
+    cid = str(nc["client-id"])
+    train = load_client_csv(str(nc["data"]), cid, schema)
+    test_path = Path(str(nc["data"])).with_suffix(".test.csv")
+    test = load_client_csv(test_path, cid, schema) if test_path.is_file() else None
+    workdir = Path(str(nc["workdir"]))
+    data = ClientData(cid, schema.select(train.columns), train, test)
+    return ClientContext(cid, data, workdir, load_state(workdir))
+
+
+client_app = ClientApp()
+
+
+@client_app.query(HELLO)
+def hello(msg: FlowerMessage, context: Context) -> FlowerMessage:
+    cid = str(context.node_config.get("client-id", ""))
+    return FlowerMessage(RecordDict({"hello": ConfigRecord({"client-id": cid})}), reply_to=msg)
+
+
+def route(msg: FlowerMessage, context: Context) -> FlowerMessage:
+    handlers = load_handlers(str(context.run_config["handlers"]))
+    ctx = node_context(context)
+    status, payload = serve_one(handlers, ctx, from_record(msg.content))
+    if status != OK:
+        raise RuntimeError(payload.decode())
+    save_state(ctx.state, ctx.workdir)
+    return FlowerMessage(to_record(payload), reply_to=msg)
+
+
+def register_routes(app: ClientApp, handler_paths: list[str]) -> None:
+    seen = set()
+    for path in handler_paths:
+        for name, (kind, _) in load_handlers(path).handlers.items():
+            if (kind, name) not in seen:
+                seen.add((kind, name))
+                getattr(app, kind)(name)(route)
+
+
+register_routes(client_app, KNOWN_HANDLERS)

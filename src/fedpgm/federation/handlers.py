@@ -1,0 +1,128 @@
+"""Client side: handlers registered by message name, and the context each one receives.
+
+A federated algorithm defines one ``HandlerSet``::
+
+    HANDLERS = HandlerSet("moments")
+
+    @HANDLERS.query("describe")
+    def describe(request: Message, ctx: ClientContext) -> Message: ...
+
+    @HANDLERS.train("fit")
+    def fit(request: Message, ctx: ClientContext) -> Message: ...
+
+Handlers see the request, the client's private data (``ctx.data``, a ``ClientData``) and its
+state (``ctx.state``), and return a reply. State values must be numpy arrays or JSON-compatible
+values, so every backend can keep them (Flower starts a new process per message and keeps the
+state on disk under ``ctx.workdir``); larger models belong in files under ``ctx.workdir``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from fedpgm.data.partition import ClientData
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.codec import Message
+
+Handler = Callable[[Message, "ClientContext"], Message]
+JSON_TYPES = (str, int, float, bool, list, dict, type(None))
+
+
+@dataclass
+class ClientContext:
+    client_id: str
+    data: ClientData
+    workdir: Path
+    state: dict = field(default_factory=dict)
+
+    def check_state(self) -> None:
+        for key, value in self.state.items():
+            if not isinstance(value, (np.ndarray, *JSON_TYPES)):
+                raise FedpgmError(f"client state '{key}' is a {type(value).__name__}; keep arrays or "
+                                  "JSON values in state and larger objects in files under workdir")
+
+
+class HandlerSet:
+    """Named handlers of one algorithm; ``kind`` is ``query`` or ``train`` (Flower's types)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.handlers: dict[str, tuple[str, Handler]] = {}
+
+    def register(self, kind: str, name: str) -> Callable[[Handler], Handler]:
+        if kind not in ("query", "train"):
+            raise ValueError(f"handler kind must be 'query' or 'train', got {kind!r}")
+        if not name.isidentifier():
+            raise ValueError(f"handler name {name!r} must be a Python identifier")
+
+        def wrap(fn: Handler) -> Handler:
+            self.handlers[name] = (kind, fn)
+            return fn
+
+        return wrap
+
+    def query(self, name: str):
+        return self.register("query", name)
+
+    def train(self, name: str):
+        return self.register("train", name)
+
+    def kind(self, name: str) -> str:
+        return self.lookup(name)[0]
+
+    def lookup(self, name: str) -> tuple[str, Handler]:
+        if name not in self.handlers:
+            raise FedpgmError(f"unknown message '{name}' for handlers '{self.name}' "
+                              f"(known: {sorted(self.handlers)})")
+        return self.handlers[name]
+
+    def handle(self, request: Message, ctx: ClientContext) -> Message:
+        _, fn = self.lookup(request.name)
+        reply = fn(request, ctx)
+        if not isinstance(reply, Message):
+            raise FedpgmError(f"handler '{request.name}' returned {type(reply).__name__}, not a Message")
+        ctx.check_state()
+        return reply
+
+
+def load_handlers(path: str) -> HandlerSet:
+    """Import ``"package.module:ATTRIBUTE"`` and return that ``HandlerSet``."""
+    module, _, attr = path.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr or "HANDLERS")
+    except (ImportError, AttributeError) as e:
+        raise FedpgmError(f"cannot load handlers '{path}' ({e}); use 'package.module:NAME'") from None
+    if not isinstance(obj, HandlerSet):
+        raise FedpgmError(f"'{path}' is a {type(obj).__name__}, not a HandlerSet")
+    return obj
+
+
+def save_state(state: dict, workdir: Path) -> None:
+    """Arrays to ``state.npz`` and the rest to ``state.json``, each replaced atomically."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
+    other = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
+    for name, write in (("state.npz", lambda f: np.savez(f, **arrays)),
+                        ("state.json", lambda f: f.write(json.dumps(other).encode()))):
+        fd, tmp = tempfile.mkstemp(dir=workdir, prefix=f".{name}.")
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, workdir / name)
+
+
+def load_state(workdir: Path) -> dict:
+    state: dict = {}
+    if (workdir / "state.json").is_file():
+        state.update(json.loads((workdir / "state.json").read_text()))
+    if (workdir / "state.npz").is_file():
+        with np.load(workdir / "state.npz", allow_pickle=False) as z:
+            state.update({k: z[k] for k in z.files})
+    return state

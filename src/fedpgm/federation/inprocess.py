@@ -1,0 +1,184 @@
+"""The in-process backend (the default): simulated clients on this machine.
+
+Each client is an isolated object with its own data, state and work folder, and every
+message passes through the codec both ways, so byte counts are real and nothing is shared by
+reference. Two modes:
+
+- ``processes`` (default): one worker process per client (forked, so scripts need no
+  ``__main__`` guard and start-up is fast; torch in a worker uses one thread), at most
+  ``max_workers`` requests running at once.
+  Timeouts are enforced: a client that overruns is terminated and reported lost; a client
+  whose process dies is reported ``unavailable``.
+- ``sequential``: clients run one after another in this process, for debugging (timeouts
+  cannot interrupt a running handler here).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Sequence
+
+from fedpgm.data.partition import ClientData, Partition
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.base import AuditHook, ClientFailure, Federation, Outcome
+from fedpgm.federation.codec import decode, encode
+from fedpgm.federation.handlers import ClientContext, HandlerSet, load_handlers
+
+MODES = ("processes", "sequential")
+OK, FAILED = b"\x00", b"\x01"
+
+
+def serve_one(handlers: HandlerSet, ctx: ClientContext, request: bytes) -> tuple[bytes, bytes]:
+    """Decode, handle, encode; returns (status, payload) with the error text on failure."""
+    try:
+        return OK, encode(handlers.handle(decode(request), ctx))
+    except Exception as e:  # the client reports any failure of its handler to the server
+        return FAILED, f"{type(e).__name__}: {e}".encode()
+
+
+def client_process(conn: Connection, client_id: str, data: ClientData, handlers_path: str,
+                   workdir: str) -> None:
+    """Worker loop: one request at a time until the pipe closes."""
+    if "torch" in sys.modules:  # the parent's thread pool is not the worker's to share
+        sys.modules["torch"].set_num_threads(1)
+    handlers = load_handlers(handlers_path)
+    ctx = ClientContext(client_id, data, Path(workdir))
+    while True:
+        try:
+            request = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        if not request:  # the server's shutdown signal
+            return
+        status, payload = serve_one(handlers, ctx, request)
+        try:
+            conn.send_bytes(status)
+            conn.send_bytes(payload)
+        except (BrokenPipeError, OSError):
+            return
+
+
+class Worker:
+    def __init__(self, ctx, client: ClientData, handlers_path: str, workdir: Path) -> None:
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=client_process, daemon=True,
+                                   args=(child, client.client_id, client, handlers_path, str(workdir)),
+                                   name=f"fedpgm-{client.client_id}")
+        self.process.start()
+        child.close()
+
+    def stop(self, grace: float = 2.0) -> None:
+        # Other workers hold forked copies of this pipe, so closing it is no EOF: say stop.
+        try:
+            self.conn.send_bytes(b"")
+        except (BrokenPipeError, OSError):
+            pass
+        self.conn.close()
+        self.process.join(grace)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(grace)
+
+
+class InProcessFederation(Federation):
+    """Clients simulated on this machine.
+
+    ``handlers``: ``"package.module:NAME"`` of a ``HandlerSet`` (a ``HandlerSet`` object is
+    accepted in ``sequential`` mode). ``audit``: a hook called with (client, reply) for every
+    reply, e.g. ``PrivacyAudit(partition)``.
+    """
+
+    def __init__(self, clients: Sequence[ClientData] | Partition, handlers: str | HandlerSet,
+                 mode: str = "processes", max_workers: int | None = None,
+                 workdir: str | Path | None = None, audit: AuditHook | None = None) -> None:
+        clients = list(clients.clients if isinstance(clients, Partition) else clients)
+        if not clients:
+            raise FedpgmError("a federation needs at least one client")
+        ids = [c.client_id for c in clients]
+        if len(set(ids)) != len(ids):
+            raise FedpgmError(f"client ids must be unique, got {ids}")
+        if mode not in MODES:
+            raise FedpgmError(f"unknown mode '{mode}'; use one of {MODES}")
+        super().__init__(ids, audit)
+        self.mode = mode
+        self.max_workers = max(1, max_workers or os.cpu_count() or 1)
+        self._own_workdir = workdir is None
+        self.workdir = Path(tempfile.mkdtemp(prefix="fedpgm-clients-") if workdir is None else workdir)
+        dirs = {c.client_id: self.workdir / c.client_id for c in clients}
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        if mode == "sequential":
+            self.handlers = load_handlers(handlers) if isinstance(handlers, str) else handlers
+            self.contexts = {c.client_id: ClientContext(c.client_id, c, dirs[c.client_id])
+                             for c in clients}
+            self.workers: dict[str, Worker] = {}
+        else:
+            if not isinstance(handlers, str):
+                raise FedpgmError("processes mode needs handlers as 'package.module:NAME'")
+            load_handlers(handlers)  # fail here, not in every worker
+            ctx = mp.get_context("fork")
+            self.workers = {c.client_id: Worker(ctx, c, handlers, dirs[c.client_id]) for c in clients}
+
+    def _exchange(self, requests, names, timeout) -> dict[str, Outcome]:
+        if self.mode == "sequential":
+            out: dict[str, Outcome] = {}
+            for c, data in requests.items():
+                status, payload = serve_one(self.handlers, self.contexts[c], bytes(data))
+                out[c] = payload if status == OK else ClientFailure(c, names[c], "error", payload.decode())
+            return out
+        return self._exchange_processes(requests, names, timeout)
+
+    def _exchange_processes(self, requests, names, timeout) -> dict[str, Outcome]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending, running, results = list(requests), {}, {}
+        while pending or running:
+            while pending and len(running) < self.max_workers:
+                c = pending.pop(0)
+                worker = self.workers[c]
+                try:
+                    worker.conn.send_bytes(requests[c])
+                    running[worker.conn] = c
+                except (BrokenPipeError, OSError):
+                    results[c] = ClientFailure(c, names[c], "unavailable", "client process is gone")
+            if not running:
+                continue
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait(list(running), timeout=left)
+            if not ready:  # the deadline passed
+                for conn, c in running.items():
+                    results[c] = ClientFailure(c, names[c], "timeout", f"no reply within {timeout} s")
+                    self.workers[c].stop(grace=0.1)
+                for c in pending:
+                    results[c] = ClientFailure(c, names[c], "timeout", f"not started within {timeout} s")
+                break
+            for conn in ready:
+                c = running.pop(conn)
+                try:
+                    status, payload = conn.recv_bytes(), conn.recv_bytes()
+                except (EOFError, OSError):
+                    code = self.workers[c].process.exitcode
+                    results[c] = ClientFailure(c, names[c], "unavailable",
+                                               f"client process exited (code {code})")
+                    continue
+                results[c] = (payload if status == OK else
+                              ClientFailure(c, names[c], "error", payload.decode()))
+        return results
+
+    def kill(self, client: str) -> None:
+        """Stop one client's process abruptly (for failure tests and drills)."""
+        self.workers[client].process.kill()
+        self.workers[client].process.join(5)
+
+    def close(self) -> None:
+        for w in self.workers.values():
+            w.stop()
+        self.workers = {}
+        if self._own_workdir and self.workdir.exists():
+            shutil.rmtree(self.workdir, ignore_errors=True)
