@@ -61,7 +61,8 @@ class Replies:
         return self.messages[client]
 
 
-Outcome = bytes | bytearray | ClientFailure
+Payload = bytes | bytearray | np.ndarray  # codec bytes (encode returns a uint8 array)
+Outcome = Payload | ClientFailure
 AuditHook = Callable[[str, Message], None]
 
 
@@ -80,7 +81,7 @@ class Federation(ABC):
         return [c for c in self._clients if c not in self.lost]
 
     @abstractmethod
-    def _exchange(self, requests: dict[str, bytearray], names: dict[str, str],
+    def _exchange(self, requests: dict[str, Payload], names: dict[str, str],
                   timeout: float | None) -> dict[str, Outcome]:
         """Deliver each client's request bytes; return reply bytes or a failure per client."""
 

@@ -9,6 +9,7 @@ deliberately simple (no pickle; nothing in it is ever executed)::
 The header holds the name, the config and, per array, its name, dtype string (with byte
 order, e.g. ``<f8``), shape, offset and byte count, so dtypes and shapes come back exactly.
 Encoding is one copy of each array into a preallocated buffer; decoding one copy out.
+``encode`` returns a uint8 array (any bytes-like object decodes).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def pad(n: int) -> int:
     return (-n) % ALIGN
 
 
-def encode(message: Message) -> bytearray:
-    """Message -> bytes (see the module docstring for the layout)."""
+def encode(message: Message) -> np.ndarray:
+    """Message -> bytes, as a 1-D uint8 array (bytes-like; see the module docstring)."""
     if not isinstance(message.name, str) or not message.name:
         raise CodecError("a message needs a non-empty string name")
     arrays, entries, offset = [], [], 0
@@ -73,19 +74,21 @@ def encode(message: Message) -> bytearray:
         raise CodecError(f"config of message '{message.name}' is not JSON-compatible ({e})") from None
     start = len(MAGIC) + 1 + 8 + len(header)
     start += pad(start)
-    buf = bytearray(start + offset)
-    buf[: len(MAGIC)] = MAGIC
+    buf = np.empty(start + offset, dtype=np.uint8)  # not zero-filled: that would double the cost
+    buf[:start] = 0
+    buf[: len(MAGIC)] = np.frombuffer(MAGIC, np.uint8)
     buf[len(MAGIC)] = VERSION
-    buf[len(MAGIC) + 1: len(MAGIC) + 9] = struct.pack("<Q", len(header))
-    buf[len(MAGIC) + 9: len(MAGIC) + 9 + len(header)] = header
-    view = memoryview(buf)
+    buf[len(MAGIC) + 1: len(MAGIC) + 9] = np.frombuffer(struct.pack("<Q", len(header)), np.uint8)
+    buf[len(MAGIC) + 9: len(MAGIC) + 9 + len(header)] = np.frombuffer(header, np.uint8)
     for (_, _, _, off, nbytes), arr in zip(entries, arrays):
-        view[start + off: start + off + nbytes] = arr.reshape(-1).view(np.uint8)
-    return buf  # a bytearray is bytes-like: no extra copy
+        lo = start + off
+        buf[lo: lo + nbytes] = arr.reshape(-1).view(np.uint8)
+        buf[lo + nbytes: lo + nbytes + pad(nbytes)] = 0  # never send uninitialised memory
+    return buf
 
 
-def decode(data: bytes | bytearray | memoryview) -> Message:
-    """bytes -> Message; any malformed input raises ``CodecError`` (never executes anything)."""
+def decode(data) -> Message:
+    """Bytes-like -> Message; any malformed input raises ``CodecError`` (never executes anything)."""
     view = memoryview(data).cast("B")
     head = len(MAGIC) + 9
     if len(view) < head or bytes(view[: len(MAGIC)]) != MAGIC:

@@ -63,7 +63,7 @@ class LoopbackDeployment:
     """SuperLink + SuperNodes for the clients in ``partition_dir`` (its ``manifest.json``)."""
 
     def __init__(self, partition_dir: str | Path, workdir: str | Path | None = None,
-                 clients: list[str] | None = None) -> None:
+                 clients: list[str] | None = None, port: int | None = None) -> None:
         self.partition_dir = Path(partition_dir).resolve()
         manifest = self.partition_dir / "manifest.json"
         if not manifest.is_file():
@@ -71,6 +71,9 @@ class LoopbackDeployment:
         entries = json.loads(manifest.read_text())["clients"]
         self.files = {e["id"]: self.partition_dir / e["train_file"] for e in entries}
         self.client_ids = clients or list(self.files)
+        unknown = [c for c in self.client_ids if c not in self.files]
+        if unknown:
+            raise FedpgmError(f"no client(s) {unknown} in {manifest}; it has {list(self.files)}")
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fedpgm-flower-")).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         bindir = str(Path(sys.executable).parent)  # Flower starts its helpers by name from PATH
@@ -78,7 +81,9 @@ class LoopbackDeployment:
                     "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
         self.superlink: subprocess.Popen | None = None
         self.nodes: dict[str, Node] = {}
-        self.port = 0
+        if port is not None and port_open(port):
+            raise FedpgmError(f"port {port} on 127.0.0.1 is in use; choose another or leave it unset")
+        self.port = port or 0
 
     # -- processes --------------------------------------------------------------------------
     def spawn(self, args: list[str], log: str, env: dict | None = None) -> subprocess.Popen:
@@ -87,7 +92,7 @@ class LoopbackDeployment:
                                 start_new_session=True, cwd=self.workdir)
 
     def start(self, timeout: float = 60.0) -> "LoopbackDeployment":
-        self.port = free_port()
+        self.port = self.port or free_port()
         self.superlink = self.spawn(
             [flwr_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
              "--disable-runtime-dependency-installation"], "superlink.log")

@@ -42,3 +42,30 @@ def remember(request: Message, ctx: ClientContext) -> Message:
     """Adds the request's ``value`` to a counter kept in state: state survives messages."""
     ctx.state["count"] = ctx.state.get("count", 0) + int(request.config.get("value", 1))
     return Message("remember", config={"count": ctx.state["count"]})
+
+
+def roundtrip_benchmark(fed, sizes: list[int] = (1_000, 1_000_000, 50_000_000), repeats: int = 5,
+                        client: str | None = None) -> dict:
+    """Server procedure: ``echo`` round trips to one client for each payload size (bytes).
+
+    Returns per size the median round-trip seconds and the throughput (bytes moved down and
+    up, per second of round trip).
+    """
+    import statistics
+    import time
+
+    import numpy as np
+
+    target = client or fed.clients[0]
+    out = {}
+    for size in sizes:
+        payload = {"x": np.zeros(max(1, int(size) // 8), dtype=np.float64)}
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fed.send(target, "echo", payload).require_all()
+            times.append(time.perf_counter() - t0)
+        rtt = statistics.median(times)
+        out[str(size)] = {"rtt_s": rtt, "rtt_all_s": times, "mb_per_s": 2 * size / rtt / 1e6}
+        fed.log(f"echo {size} B: median round trip {rtt * 1e3:.2f} ms")
+    return {"client": target, "sizes": out}

@@ -38,7 +38,7 @@ from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from fedpgm.data.partition import ClientData, load_client_csv  # noqa: E402
 from fedpgm.data.schema import Schema  # noqa: E402
 from fedpgm.errors import FedpgmError  # noqa: E402
-from fedpgm.federation.base import ClientFailure, Federation, Outcome  # noqa: E402
+from fedpgm.federation.base import ClientFailure, Federation, Outcome, Payload  # noqa: E402
 from fedpgm.federation.handlers import (ClientContext, HandlerSet, load_handlers,  # noqa: E402
                                         load_state, save_state)
 from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
@@ -50,7 +50,7 @@ NODE_UNAVAILABLE = 5  # flwr.common.constant.ErrorCode.NODE_UNAVAILABLE
 POLL_S = 0.05
 
 
-def to_record(payload: bytes | bytearray) -> RecordDict:
+def to_record(payload: Payload) -> RecordDict:
     return RecordDict({"fedpgm": ArrayRecord({"payload": Array(np.frombuffer(payload, np.uint8))})})
 
 

@@ -35,7 +35,7 @@ MODES = ("processes", "sequential")
 OK, FAILED = b"\x00", b"\x01"
 
 
-def serve_one(handlers: HandlerSet, ctx: ClientContext, request: bytes) -> tuple[bytes, bytes]:
+def serve_one(handlers: HandlerSet, ctx: ClientContext, request) -> tuple[bytes, object]:
     """Decode, handle, encode; returns (status, payload) with the error text on failure."""
     try:
         return OK, encode(handlers.handle(decode(request), ctx))
@@ -130,7 +130,7 @@ class InProcessFederation(Federation):
         if self.mode == "sequential":
             out: dict[str, Outcome] = {}
             for c, data in requests.items():
-                status, payload = serve_one(self.handlers, self.contexts[c], bytes(data))
+                status, payload = serve_one(self.handlers, self.contexts[c], data)
                 out[c] = payload if status == OK else ClientFailure(c, names[c], "error", payload.decode())
             return out
         return self._exchange_processes(requests, names, timeout)

@@ -1,0 +1,81 @@
+"""End to end on a real loopback deployment: a SuperLink and 3 SuperNodes on 127.0.0.1."""
+
+import os
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from fedpgm.data import load_dataset, partition
+from fedpgm.errors import FedpgmError
+from fedpgm.federation import InProcessFederation
+from fedpgm.federation.deploy import LoopbackDeployment, group_alive
+from fedpgm.federation.reference import federated_moments
+
+REF_PROC = "fedpgm.federation.reference:federated_moments"
+REF = "fedpgm.federation.reference:HANDLERS"
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    ds = load_dataset("breast_cancer", seed=0)
+    part = partition(ds, "horizontal", 3, seed=0, scheme="label-skew")
+    folder = tmp_path_factory.mktemp("parts") / "cancer"
+    part.write(folder)
+    return part, folder
+
+
+def assert_all_stopped(pids):
+    deadline = time.monotonic() + 15
+    while any(group_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in pids if group_alive(p)], "processes left behind"
+
+
+@pytest.mark.slow
+def test_reference_on_flower_equals_in_process(parts, tmp_path):
+    part, folder = parts
+    with InProcessFederation(part, REF, mode="processes") as fed:
+        local = federated_moments(fed)
+    with LoopbackDeployment(folder, workdir=tmp_path / "dep") as dep:
+        pids = dep.pids
+        assert len(pids) == 4
+        remote = dep.run(REF_PROC, REF, timeout=240)
+    assert_all_stopped(pids)
+    assert remote["backend"] == "flower" and remote["clients"] == local["clients"]
+    np.testing.assert_allclose(remote["mean"], local["mean"], rtol=1e-12)
+    np.testing.assert_allclose(remote["cov"], local["cov"], rtol=1e-12)
+    assert remote["communication"] == local["communication"]  # same codec, same bytes
+
+
+@pytest.mark.slow
+def test_killed_supernode_is_reported_and_the_run_finishes(parts, tmp_path):
+    part, folder = parts
+    with LoopbackDeployment(folder, workdir=tmp_path / "dep") as dep:
+        pids = dep.pids
+        run = dep.submit(REF_PROC, REF, args={"pause_s": 8}, timeout=240)
+        deadline = time.monotonic() + 180
+        while "describe: 3 replies" not in run.output():
+            assert time.monotonic() < deadline, run.output()[-2000:]
+            time.sleep(0.2)
+        dep.kill_node("client-2")
+        result = run.result(240)
+    assert_all_stopped(pids)
+    assert result["clients"] == ["client-0", "client-1"]
+    assert "Node Unavailable" in result["failed"]["client-2"]
+    assert result["n"] == len(part["client-0"].train) + len(part["client-1"].train)
+
+
+def test_port_in_use_and_unknown_client(parts):
+    _, folder = parts
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(FedpgmError, match=f"port {port} on 127.0.0.1 is in use"):
+            LoopbackDeployment(folder, port=port)
+    with pytest.raises(FedpgmError, match=r"no client\(s\) \['client-7'\]"):
+        LoopbackDeployment(folder, clients=["client-7"])
+    with pytest.raises(FedpgmError, match="has no manifest.json"):
+        LoopbackDeployment(os.path.dirname(folder))
