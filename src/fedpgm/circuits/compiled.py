@@ -1,0 +1,210 @@
+"""Compiled circuits: the symbolic structure as tensor layers, evaluated in log space.
+
+Compilation orders the nodes as [leaves grouped by type | layer 1 | layer 2 | ...], where a
+node's layer is one more than its deepest child's and each layer holds its products and then
+its sums. One evaluation writes a (rows, nodes) table of log-values with a few vectorised ops
+per layer (gather the children's columns, then a segment sum for products or a segment
+log-sum-exp for sums), batched over rows: no Python loop over nodes or rows.
+
+Passes:
+
+- ``forward(x, mode)``: ``"sum"`` gives log-likelihoods (NaN inputs marginalised exactly);
+  ``"max"`` gives max-product values (NaN inputs maximised).
+- ``flows(values)``: top-down posterior probability that each node/edge is used for each row
+  (the expected counts of EM).
+- ``select(values, how)``: one child per sum per row, top-down (``"max"`` for MPE,
+  ``"sample"`` draws proportionally to weight x child value: exact conditional sampling).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedpgm.circuits.leaves import leaf_type
+from fedpgm.circuits.structure import Circuit, Leaf, Sum
+
+
+@dataclass
+class LeafGroup:
+    dist: str
+    start: int
+    end: int
+    nodes: list[int]  # symbolic ids
+    vars: torch.Tensor  # (L,) variable index of each leaf
+    params: dict[str, torch.Tensor]
+    log_mode: torch.Tensor  # (L,) log-density at each leaf's mode
+
+
+@dataclass
+class Layer:
+    kind: str  # "product" or "sum"
+    start: int
+    end: int
+    nodes: list[int]  # symbolic ids
+    child: torch.Tensor  # (E,) compiled position of each edge's child
+    parent: torch.Tensor  # (E,) parent's index within the layer (0..end-start-1)
+    log_w: torch.Tensor | None = None  # (E,) sums only
+
+
+def segment_max(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Tensor:
+    """(rows, E) -> (rows, n): max over each parent's edges."""
+    out = torch.full((scores.shape[0], n), -math.inf, dtype=scores.dtype, device=scores.device)
+    return out.scatter_reduce_(1, parent.expand_as(scores), scores, "amax", include_self=True)
+
+
+def segment_argmax(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Tensor:
+    """(rows, E) -> (rows, n): index of the first best edge of each parent."""
+    best = segment_max(scores, parent, n)
+    edges = torch.arange(scores.shape[1], device=scores.device).expand_as(scores)
+    cand = torch.where(scores >= best[:, parent], edges, scores.shape[1])
+    out = torch.full((scores.shape[0], n), scores.shape[1], dtype=torch.long, device=scores.device)
+    out = out.scatter_reduce_(1, parent.expand_as(scores), cand, "amin", include_self=True)
+    return out.clamp(max=scores.shape[1] - 1)  # rows where every edge is -inf: any edge
+
+
+class CompiledCircuit:
+    """A ``Circuit`` ready to evaluate; ``dtype`` float64 (exact) or float32 (faster)."""
+
+    def __init__(self, circuit: Circuit, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float64) -> None:
+        circuit.validate()
+        self.circuit, self.device, self.dtype = circuit, torch.device(device), dtype
+        nodes = circuit.nodes
+        self.n_vars = len(circuit.schema)
+        pos = {}
+        self.groups: list[LeafGroup] = []
+        leaves = [i for i, n in enumerate(nodes) if isinstance(n, Leaf)]
+        for dist in sorted({nodes[i].dist for i in leaves}):
+            ids = [i for i in leaves if nodes[i].dist == dist]
+            start = len(pos)
+            pos.update({i: start + k for k, i in enumerate(ids)})
+            kind = leaf_type(dist)
+            params = {k: v.to(self.device, dtype if v.is_floating_point() else v.dtype)
+                      for k, v in kind.stack([nodes[i].params for i in ids]).items()}
+            mode = kind.mode(params)
+            log_mode = kind.log_prob(mode.unsqueeze(0), params).squeeze(0)
+            self.groups.append(LeafGroup(dist, start, len(pos), ids, self.tensor(
+                [nodes[i].var for i in ids], torch.long), params, log_mode))
+        self.n_leaves = len(pos)
+        height = {}
+        for i, n in enumerate(nodes):
+            height[i] = 0 if isinstance(n, Leaf) else 1 + max(height[c] for c in n.children)
+        self.layers: list[Layer] = []
+        for h in range(1, max(height.values()) + 1):
+            for kind in ("product", "sum"):
+                ids = [i for i, n in enumerate(nodes) if height[i] == h
+                       and (isinstance(n, Sum) == (kind == "sum")) and not isinstance(n, Leaf)]
+                if not ids:
+                    continue
+                start = len(pos)
+                pos.update({i: start + k for k, i in enumerate(ids)})
+                child = [pos[c] for i in ids for c in nodes[i].children]
+                parent = [k for k, i in enumerate(ids) for _ in nodes[i].children]
+                log_w = None
+                if kind == "sum":
+                    with np.errstate(divide="ignore"):
+                        log_w = self.tensor(np.log(np.concatenate([nodes[i].weights for i in ids])))
+                self.layers.append(Layer(kind, start, len(pos), ids, self.tensor(child, torch.long),
+                                         self.tensor(parent, torch.long), log_w))
+        self.position = pos
+        self.n_nodes = len(pos)
+        self.root = pos[circuit.root]
+
+    def tensor(self, values, dtype=None) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(values), dtype=dtype or self.dtype, device=self.device)
+
+    # -- upward ---------------------------------------------------------------------------
+    def leaf_values(self, x: torch.Tensor, mode: str = "sum") -> list[torch.Tensor]:
+        out = []
+        for g in self.groups:
+            xv = x[:, g.vars]  # (rows, L)
+            lp = leaf_type(g.dist).log_prob(xv, g.params)
+            fill = torch.zeros_like(g.log_mode) if mode == "sum" else g.log_mode
+            out.append(torch.where(torch.isnan(xv), fill.expand_as(lp), lp))
+        return out
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, mode: str = "sum") -> torch.Tensor:
+        """x (rows, variables) with NaN for unobserved -> log-values (rows, nodes)."""
+        rows = x.shape[0]
+        values = torch.empty(rows, self.n_nodes, dtype=self.dtype, device=self.device)
+        for g, lp in zip(self.groups, self.leaf_values(x, mode)):
+            values[:, g.start:g.end] = lp
+        for layer in self.layers:
+            n = layer.end - layer.start
+            child = values[:, layer.child]  # (rows, E)
+            if layer.kind == "product":
+                out = torch.zeros(rows, n, dtype=self.dtype, device=self.device)
+                out.index_add_(1, layer.parent, child)
+            else:
+                scores = child + layer.log_w
+                best = segment_max(scores, layer.parent, n)
+                if mode == "max":
+                    out = best
+                else:
+                    safe = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+                    total = torch.zeros(rows, n, dtype=self.dtype, device=self.device)
+                    total.index_add_(1, layer.parent, torch.exp(scores - safe[:, layer.parent]))
+                    out = torch.log(total) + safe
+            values[:, layer.start:layer.end] = out
+        return values
+
+    def log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
+        """(rows,) log p(observed part of each row)."""
+        return self.forward(x)[:, self.root]
+
+    # -- downward -------------------------------------------------------------------------
+    @torch.no_grad()
+    def flows(self, values: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """Posterior use of each node (rows, nodes) and of each sum edge (per layer: (rows, E))."""
+        rows = values.shape[0]
+        flow = torch.zeros_like(values)
+        flow[:, self.root] = 1.0
+        edge_flows: list[torch.Tensor | None] = [None] * len(self.layers)
+        for k in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[k]
+            fp = flow[:, layer.start:layer.end][:, layer.parent]  # (rows, E)
+            if layer.kind == "sum":
+                parent_v = values[:, layer.start:layer.end][:, layer.parent]
+                ratio = torch.exp(values[:, layer.child] + layer.log_w - parent_v)
+                fp = torch.where(torch.isfinite(parent_v), fp * ratio, torch.zeros_like(fp))
+                edge_flows[k] = fp
+            flow.index_add_(1, layer.child, fp)
+        return flow, edge_flows
+
+    @torch.no_grad()
+    def select(self, values: torch.Tensor, how: str, gen: torch.Generator | None = None) -> torch.Tensor:
+        """Top-down choice of one child per sum: returns the active leaves (rows, n_leaves)."""
+        rows = values.shape[0]
+        active = torch.zeros(rows, self.n_nodes, dtype=self.dtype, device=self.device)
+        active[:, self.root] = 1.0
+        for layer in reversed(self.layers):
+            n = layer.end - layer.start
+            on = active[:, layer.start:layer.end].clone()  # (rows, n)
+            if layer.kind == "product":
+                active.index_add_(1, layer.child, on[:, layer.parent])
+                continue
+            scores = values[:, layer.child] + layer.log_w
+            if how == "sample":  # Gumbel-max: a draw proportional to weight x child value
+                u = torch.rand(scores.shape, generator=gen, dtype=self.dtype, device=self.device)
+                scores = scores - torch.log(-torch.log(u.clamp_min(1e-300)))
+            chosen = layer.child[segment_argmax(scores, layer.parent, n)]  # (rows, n)
+            active.scatter_reduce_(1, chosen, on, "amax", include_self=True)
+        return active[:, : self.n_leaves] > 0
+
+    def fill(self, x: torch.Tensor, active: torch.Tensor, how: str,
+             gen: torch.Generator | None = None) -> torch.Tensor:
+        """Missing entries of ``x`` from the active leaves' modes (``max``) or draws."""
+        rows = x.shape[0]
+        proposal = torch.zeros(rows, self.n_vars, dtype=self.dtype, device=self.device)
+        for g in self.groups:
+            kind = leaf_type(g.dist)
+            vals = (kind.mode(g.params).expand(rows, -1) if how == "max"
+                    else kind.sample(g.params, rows, gen).to(self.dtype))
+            on = active[:, g.start:g.end]
+            proposal.index_add_(1, g.vars, torch.where(on, vals, torch.zeros_like(vals)))
+        return torch.where(torch.isnan(x), proposal, x)

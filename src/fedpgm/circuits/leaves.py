@@ -1,0 +1,282 @@
+"""Leaf distributions: one small class per type, in a registry (no if-chains).
+
+Each type works on a *group* of leaves at once: parameters are stacked (padded where sizes
+differ) into tensors, and ``log_prob`` maps values ``x`` of shape (rows, L) to log-densities
+(rows, L). A NaN value means "marginalise this variable": the leaf returns log 1 = 0.
+
+Parameters of one leaf are a dict of numpy arrays (what files store):
+
+=============  ====================================================  =================
+type           parameters                                            kinds
+=============  ====================================================  =================
+gaussian       mean (), std () >= min_std                            continuous
+bernoulli      p () = P(x = 1)                                       binary
+categorical    probs (k,)                                            binary, categorical, ordinal
+histogram      edges (b+1,), probs (b,), mean (), std (), eps ()     continuous
+=============  ====================================================  =================
+
+The histogram leaf (Mixed SPNs' piecewise-constant density) is mixed with a Gaussian of weight
+``eps`` so a value outside the training range keeps a finite density.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from fedpgm.errors import FedpgmError
+
+LOG_2PI = math.log(2 * math.pi)
+MIN_STD = 1e-3
+ALPHA = 0.1  # Laplace smoothing (pseudo-count per state or bin)
+HIST_EPS = 1e-3
+
+
+class LeafType:
+    """Interface of a leaf type; subclasses are registered in ``LEAF_TYPES``."""
+
+    name: str = ""
+    kinds: tuple[str, ...] = ()
+
+    @staticmethod
+    def fit(x: np.ndarray, w: np.ndarray, cardinality: int) -> dict[str, np.ndarray]:
+        """Weighted maximum-likelihood (smoothed) parameters from observed values ``x``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def stack(params: list[dict]) -> dict[str, torch.Tensor]:
+        """Parameters of L leaves as tensors with leading dimension L."""
+        raise NotImplementedError
+
+    @staticmethod
+    def log_prob(x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(rows, L) values -> (rows, L) log-densities (NaN not handled here)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def mode(p: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(L,) most probable values."""
+        raise NotImplementedError
+
+    @staticmethod
+    def sample(p: dict[str, torch.Tensor], rows: int, gen: torch.Generator) -> torch.Tensor:
+        """(rows, L) independent draws of every leaf."""
+        raise NotImplementedError
+
+    @staticmethod
+    def check(params: dict[str, np.ndarray]) -> None:
+        """Raise ValueError if the parameters are not a valid distribution."""
+        raise NotImplementedError
+
+
+LEAF_TYPES: dict[str, type[LeafType]] = {}
+
+
+def register(cls: type[LeafType]) -> type[LeafType]:
+    LEAF_TYPES[cls.name] = cls
+    return cls
+
+
+def leaf_type(name: str) -> type[LeafType]:
+    if name not in LEAF_TYPES:
+        raise FedpgmError(f"unknown leaf type '{name}'; use one of {sorted(LEAF_TYPES)}")
+    return LEAF_TYPES[name]
+
+
+def weighted_mean_std(x: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    total = w.sum()
+    if total <= 0:
+        return 0.0, 1.0
+    mean = float((w * x).sum() / total)
+    var = float((w * (x - mean) ** 2).sum() / total)
+    return mean, max(math.sqrt(max(var, 0.0)), MIN_STD)
+
+
+def gaussian_log_prob(x, mean, std):
+    return -0.5 * ((x - mean) / std) ** 2 - torch.log(std) - 0.5 * LOG_2PI
+
+
+@register
+class Gaussian(LeafType):
+    name, kinds = "gaussian", ("continuous",)
+
+    @staticmethod
+    def fit(x, w, cardinality):
+        mean, std = weighted_mean_std(x, w)
+        return {"mean": np.array(mean), "std": np.array(std)}
+
+    @staticmethod
+    def stack(params):
+        return {k: torch.tensor(np.array([p[k] for p in params]), dtype=torch.float64)
+                for k in ("mean", "std")}
+
+    @staticmethod
+    def log_prob(x, p):
+        return gaussian_log_prob(x, p["mean"], p["std"])
+
+    @staticmethod
+    def mode(p):
+        return p["mean"]
+
+    @staticmethod
+    def sample(p, rows, gen):
+        z = torch.randn(rows, len(p["mean"]), generator=gen, dtype=torch.float64)
+        return p["mean"] + p["std"] * z
+
+    @staticmethod
+    def check(params):
+        if not (np.isfinite(params["mean"]) and params["std"] > 0):
+            raise ValueError("a Gaussian needs a finite mean and std > 0")
+
+
+@register
+class Bernoulli(LeafType):
+    name, kinds = "bernoulli", ("binary",)
+
+    @staticmethod
+    def fit(x, w, cardinality):
+        one = float((w * (x == 1)).sum())
+        return {"p": np.array((one + ALPHA) / (w.sum() + 2 * ALPHA))}
+
+    @staticmethod
+    def stack(params):
+        return {"p": torch.tensor(np.array([q["p"] for q in params]), dtype=torch.float64)}
+
+    @staticmethod
+    def log_prob(x, p):
+        out = torch.where(x == 1, torch.log(p["p"]), torch.log1p(-p["p"]))
+        return torch.where((x == 0) | (x == 1), out, torch.full_like(out, -math.inf))
+
+    @staticmethod
+    def mode(p):
+        return (p["p"] > 0.5).to(torch.float64)
+
+    @staticmethod
+    def sample(p, rows, gen):
+        u = torch.rand(rows, len(p["p"]), generator=gen, dtype=torch.float64)
+        return (u < p["p"]).to(torch.float64)
+
+    @staticmethod
+    def check(params):
+        if not 0.0 <= float(params["p"]) <= 1.0:
+            raise ValueError("a Bernoulli needs 0 <= p <= 1")
+
+
+@register
+class Categorical(LeafType):
+    name, kinds = "categorical", ("binary", "categorical", "ordinal")
+
+    @staticmethod
+    def fit(x, w, cardinality):
+        counts = np.bincount(x.astype(int), weights=w, minlength=cardinality)[:cardinality]
+        return {"probs": (counts + ALPHA) / (counts.sum() + ALPHA * cardinality)}
+
+    @staticmethod
+    def stack(params):
+        k = max(len(q["probs"]) for q in params)
+        table = np.zeros((len(params), k))
+        for i, q in enumerate(params):
+            table[i, : len(q["probs"])] = q["probs"]
+        t = torch.tensor(table, dtype=torch.float64)
+        return {"log_probs": torch.log(t), "probs": t}
+
+    @staticmethod
+    def log_prob(x, p):
+        n_leaves, k = p["log_probs"].shape
+        idx = x.nan_to_num(0.0).clamp(0, k - 1).long()
+        out = p["log_probs"][torch.arange(n_leaves), idx]  # (rows, L)
+        valid = (x >= 0) & (x < k) & (x == torch.round(x))
+        return torch.where(valid, out, torch.full_like(out, -math.inf))
+
+    @staticmethod
+    def mode(p):
+        return p["probs"].argmax(dim=1).to(torch.float64)
+
+    @staticmethod
+    def sample(p, rows, gen):
+        draws = torch.multinomial(p["probs"], rows, replacement=True, generator=gen)  # (L, rows)
+        return draws.T.to(torch.float64)
+
+    @staticmethod
+    def check(params):
+        probs = params["probs"]
+        if probs.ndim != 1 or (probs < 0).any() or abs(probs.sum() - 1) > 1e-6:
+            raise ValueError("categorical probabilities must be >= 0 and sum to 1")
+
+
+@register
+class Histogram(LeafType):
+    name, kinds = "histogram", ("continuous",)
+
+    @staticmethod
+    def fit(x, w, cardinality):
+        mean, std = weighted_mean_std(x, w)
+        lo, hi = (float(x.min()), float(x.max())) if len(x) else (0.0, 1.0)
+        if hi - lo < 1e-9:
+            lo, hi = lo - MIN_STD, hi + MIN_STD
+        bins = int(np.clip(np.ceil(np.sqrt(len(x))), 1, 64)) if len(x) else 1
+        counts, edges = np.histogram(x, bins=bins, range=(lo, hi), weights=w)
+        probs = (counts + ALPHA) / (counts.sum() + ALPHA * bins)
+        return {"edges": edges, "probs": probs, "mean": np.array(mean), "std": np.array(std),
+                "eps": np.array(HIST_EPS)}
+
+    @staticmethod
+    def stack(params):
+        b = max(len(q["probs"]) for q in params)
+        edges = np.full((len(params), b + 1), np.inf)
+        dens = np.zeros((len(params), b))
+        for i, q in enumerate(params):
+            e = q["edges"]
+            edges[i, : len(e)] = e
+            dens[i, : len(q["probs"])] = q["probs"] / np.diff(e)
+        out = {"edges": torch.tensor(edges, dtype=torch.float64),
+               "nbins": torch.tensor([len(q["probs"]) for q in params]),
+               "log_density": torch.log(torch.tensor(dens, dtype=torch.float64))}
+        for k in ("mean", "std", "eps"):
+            out[k] = torch.tensor(np.array([q[k] for q in params]), dtype=torch.float64)
+        return out
+
+    @staticmethod
+    def log_prob(x, p):
+        edges = p["edges"]  # (L, b+1), padded with +inf
+        xt = x.T.contiguous()  # (L, rows)
+        nbins = p["nbins"][:, None]
+        idx = torch.minimum(torch.searchsorted(edges, xt, right=True) - 1, nbins - 1)
+        inside = (xt >= edges[:, :1]) & (xt <= edges.gather(1, nbins))
+        hist = torch.gather(p["log_density"], 1, idx.clamp(min=0))
+        hist = torch.where(inside, hist, torch.full_like(hist, -math.inf)).T
+        gauss = gaussian_log_prob(x, p["mean"], p["std"])
+        return torch.logaddexp(torch.log1p(-p["eps"]) + hist, torch.log(p["eps"]) + gauss)
+
+    @staticmethod
+    def mode(p):
+        best = p["log_density"].argmax(dim=1, keepdim=True)
+        return 0.5 * (p["edges"].gather(1, best) + p["edges"].gather(1, best + 1)).squeeze(1)
+
+    @staticmethod
+    def sample(p, rows, gen):
+        L = p["edges"].shape[0]
+        widths = (p["edges"][:, 1:] - p["edges"][:, :-1]).nan_to_num(0.0, posinf=0.0)
+        mass = torch.exp(p["log_density"]) * widths  # (L, b)
+        bins = torch.multinomial(mass, rows, replacement=True, generator=gen)  # (L, rows)
+        left = p["edges"].gather(1, bins)
+        u = torch.rand(L, rows, generator=gen, dtype=torch.float64)
+        hist = left + u * widths.gather(1, bins)
+        gauss = Gaussian.sample({"mean": p["mean"], "std": p["std"]}, rows, gen).T
+        tail = torch.rand(L, rows, generator=gen, dtype=torch.float64) < p["eps"][:, None]
+        return torch.where(tail, gauss, hist).T
+
+    @staticmethod
+    def check(params):
+        e, q = params["edges"], params["probs"]
+        if len(e) != len(q) + 1 or (np.diff(e) <= 0).any() or abs(q.sum() - 1) > 1e-6 or (q < 0).any():
+            raise ValueError("a histogram needs increasing edges and bin probabilities summing to 1")
+        if not (params["std"] > 0 and 0 < params["eps"] < 1):
+            raise ValueError("a histogram's tail needs std > 0 and 0 < eps < 1")
+
+
+def default_leaf(kind: str, continuous: str = "gaussian") -> str:
+    """The leaf type used for a feature kind (``continuous``: gaussian or histogram)."""
+    return continuous if kind == "continuous" else ("bernoulli" if kind == "binary" else "categorical")
