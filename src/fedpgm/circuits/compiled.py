@@ -115,7 +115,7 @@ class CompiledCircuit:
         self.root = pos[circuit.root]
 
     def tensor(self, values, dtype=None) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(values), dtype=dtype or self.dtype, device=self.device)
+        return torch.as_tensor(np.array(values), dtype=dtype or self.dtype, device=self.device)
 
     # -- upward ---------------------------------------------------------------------------
     def leaf_values(self, x: torch.Tensor, mode: str = "sum") -> list[torch.Tensor]:

@@ -79,9 +79,16 @@ def table(values: np.ndarray | dict, names: list[str], row_ids: np.ndarray | Non
 def random_split(
     frame: pd.DataFrame, schema: Schema, seed: int, test_size: float = 0.2
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split rows into train/test by ``seed``, stratified by a discrete label when possible."""
-    if not 0.0 < test_size < 1.0:
-        raise FedpgmError(f"test_size must lie strictly between 0 and 1, got {test_size}")
+    """Split rows into train/test by ``seed``, stratified by a discrete label when possible.
+
+    ``test_size``: a fraction in (0, 1) or a whole number of test rows.
+    """
+    if float(test_size).is_integer() and test_size >= 1:
+        test_size = int(test_size)
+        if test_size >= len(frame):
+            raise FedpgmError(f"test_size {test_size} leaves no training rows (table has {len(frame)})")
+    elif not 0.0 < test_size < 1.0:
+        raise FedpgmError(f"test_size must be a fraction in (0, 1) or a row count, got {test_size}")
     stratify = None
     if schema.label is not None and schema[schema.label].discrete:
         counts = frame[schema.label].value_counts()

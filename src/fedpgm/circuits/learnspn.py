@@ -1,0 +1,113 @@
+"""LearnSPN (Gens and Domingos 2013), with RDC variable splits as in Mixed SPNs (Molina et al.
+2018): a top-down recursion over slices of rows x variables.
+
+For a slice: one variable -> a leaf; fewer than ``min_instances_slice`` rows -> a product of
+leaves (naive factorisation); constant variables split off as leaves first; else the RDC
+graph over the slice's variables (edges where RDC > ``threshold``) is cut into connected
+components -> a product over them; if it is connected, k-means (k=2) splits the rows -> a sum
+weighted by the cluster sizes. Missing values (NaN) are ignored by leaf fits and replaced by
+the slice mean for RDC and clustering. ``leaf="histogram"`` gives the Mixed-SPN variant
+(piecewise-constant continuous leaves).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse.csgraph import connected_components
+from sklearn.cluster import KMeans
+
+from fedpgm.circuits.leaves import default_leaf, leaf_type
+from fedpgm.circuits.rdc import rdc_matrix
+from fedpgm.circuits.structure import Circuit
+from fedpgm.data.schema import Schema
+from fedpgm.errors import FedpgmError
+
+
+def fit_leaf(c: Circuit, X: np.ndarray, rows: np.ndarray, var: int, continuous: str) -> int:
+    feat = c.schema.features[var]
+    dist = default_leaf(feat.kind, continuous)
+    x = X[rows, var]
+    x = x[~np.isnan(x)]
+    return c.leaf(var, dist, leaf_type(dist).fit(x, np.ones(len(x)), feat.cardinality))
+
+
+class LearnSPNBuilder:
+    def __init__(self, schema: Schema, X: np.ndarray, min_instances_slice: int, threshold: float,
+                 leaf: str, seed: int, progress=None) -> None:
+        self.c = Circuit(schema)
+        self.X = X
+        self.cards = [f.cardinality for f in schema.features]
+        self.min_instances, self.threshold, self.leaf = min_instances_slice, threshold, leaf
+        self.rng = np.random.default_rng(seed)
+        self.progress = progress
+
+    def naive(self, rows: np.ndarray, scope: list[int]) -> int:
+        leaves = [fit_leaf(self.c, self.X, rows, v, self.leaf) for v in scope]
+        return leaves[0] if len(leaves) == 1 else self.c.product(leaves)
+
+    def slice(self, rows: np.ndarray, scope: list[int]) -> np.ndarray:
+        data = self.X[np.ix_(rows, scope)]
+        if np.isnan(data).any():
+            means = np.nanmean(np.where(np.isnan(data).all(axis=0), 0.0, data), axis=0)
+            data = np.where(np.isnan(data), means, data)
+        return data
+
+    def learn(self, rows: np.ndarray, scope: list[int]) -> int:
+        if self.progress is not None:
+            self.progress()
+        if len(scope) == 1 or len(rows) < self.min_instances:
+            return self.naive(rows, scope)
+        data = self.slice(rows, scope)
+        constant = np.ptp(data, axis=0) == 0
+        if constant.any():
+            fixed = [v for v, k in zip(scope, constant) if k]
+            rest = [v for v, k in zip(scope, constant) if not k]
+            children = [fit_leaf(self.c, self.X, rows, v, self.leaf) for v in fixed]
+            if rest:
+                children.append(self.learn(rows, rest))
+            return children[0] if len(children) == 1 else self.c.product(children)
+        rdc = rdc_matrix(data, [self.cards[v] for v in scope], seed=int(self.rng.integers(2**31)))
+        n_comp, labels = connected_components(rdc > self.threshold, directed=False)
+        if n_comp > 1:
+            groups = [[v for v, l in zip(scope, labels) if l == g] for g in range(n_comp)]
+            return self.c.product([self.learn(rows, g) for g in groups])
+        clusters = self.cluster(data, scope)
+        sizes = [len(rows[clusters == k]) for k in (0, 1)]
+        if min(sizes) == 0:
+            return self.naive(rows, scope)
+        children = [self.learn(rows[clusters == k], scope) for k in (0, 1)]
+        return self.c.sum(children, np.array(sizes) / len(rows))
+
+    def cluster(self, data: np.ndarray, scope: list[int]) -> np.ndarray:
+        """k-means (k=2) on standardised columns (one-hot for categorical variables)."""
+        cols = []
+        for j, v in enumerate(scope):
+            x = data[:, j]
+            if self.cards[v] > 2:
+                cols.append((x[:, None] == np.arange(self.cards[v])).astype(float))
+            else:
+                sd = x.std()
+                cols.append(((x - x.mean()) / (sd if sd > 0 else 1.0))[:, None])
+        km = KMeans(n_clusters=2, n_init=2, max_iter=50, random_state=int(self.rng.integers(2**31)))
+        return km.fit_predict(np.hstack(cols))
+
+
+def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, threshold: float = 0.3,
+              leaf: str = "gaussian", seed: int = 0, progress=None) -> Circuit:
+    """Learn a circuit over all of ``schema``'s variables from ``X`` (rows, variables)."""
+    if min_instances_slice < 1:
+        raise FedpgmError(f"min_instances_slice must be >= 1, got {min_instances_slice}")
+    if not 0.0 <= threshold <= 1.0:
+        raise FedpgmError(f"threshold must lie in [0, 1] (an RDC value), got {threshold}")
+    if leaf not in ("gaussian", "histogram"):
+        raise FedpgmError(f"continuous leaf must be 'gaussian' or 'histogram', got '{leaf}'")
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2 or X.shape[1] != len(schema) or len(X) == 0:
+        raise FedpgmError(f"training data must be (rows > 0, {len(schema)}), got shape {X.shape}")
+    empty = [f.name for j, f in enumerate(schema.features) if np.isnan(X[:, j]).all()]
+    if empty:
+        raise FedpgmError(f"column(s) {empty} have no observed values; drop them before learning")
+    builder = LearnSPNBuilder(schema, X, min_instances_slice, threshold, leaf, seed, progress)
+    builder.learn(np.arange(len(X)), list(range(len(schema))))
+    builder.c.validate()
+    return builder.c
