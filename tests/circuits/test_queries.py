@@ -81,7 +81,7 @@ def test_mpe_on_any_circuit_keeps_evidence_and_is_a_lower_bound(seed):
     assert out[2] == 1 and not np.isnan(out).any()
     best = ll[X[:, 2] == 1].max()
     assert Q.log_likelihood(cc, out[None])[0] <= best + 1e-12
-    assert Q.log_likelihood(cc, out[None])[0] >= cc.forward(cc.tensor(ev), "max")[0, cc.root].item() - 1e-9
+    assert Q.log_likelihood(cc, out[None])[0] >= cc.forward(cc.tensor(ev), "max")[cc.root, 0].item() - 1e-9
 
 
 def test_sample_frequencies_match_probabilities():

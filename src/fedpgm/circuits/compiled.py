@@ -8,7 +8,7 @@ log-sum-exp for sums), batched over rows: no Python loop over nodes or rows.
 
 Passes:
 
-- ``forward(x, mode)``: ``"sum"`` gives log-likelihoods (NaN inputs marginalised exactly);
+- ``forward(x, mode)`` -> (nodes, rows): ``"sum"`` gives log-likelihoods (NaN inputs marginalised exactly);
   ``"max"`` gives max-product values (NaN inputs maximised).
 - ``flows(values)``: top-down posterior probability that each node/edge is used for each row
   (the expected counts of EM).
@@ -51,19 +51,20 @@ class Layer:
 
 
 def segment_max(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Tensor:
-    """(rows, E) -> (rows, n): max over each parent's edges."""
-    out = torch.full((scores.shape[0], n), -math.inf, dtype=scores.dtype, device=scores.device)
-    return out.scatter_reduce_(1, parent.expand_as(scores), scores, "amax", include_self=True)
+    """(E, rows) -> (n, rows): max over each parent's edges."""
+    out = torch.full((n, scores.shape[1]), -math.inf, dtype=scores.dtype, device=scores.device)
+    index = parent[:, None].expand_as(scores)
+    return out.scatter_reduce_(0, index, scores, "amax", include_self=True)
 
 
 def segment_argmax(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Tensor:
-    """(rows, E) -> (rows, n): index of the first best edge of each parent."""
+    """(E, rows) -> (n, rows): index of the first best edge of each parent."""
     best = segment_max(scores, parent, n)
-    edges = torch.arange(scores.shape[1], device=scores.device).expand_as(scores)
-    cand = torch.where(scores >= best[:, parent], edges, scores.shape[1])
-    out = torch.full((scores.shape[0], n), scores.shape[1], dtype=torch.long, device=scores.device)
-    out = out.scatter_reduce_(1, parent.expand_as(scores), cand, "amin", include_self=True)
-    return out.clamp(max=scores.shape[1] - 1)  # rows where every edge is -inf: any edge
+    edges = torch.arange(scores.shape[0], device=scores.device)[:, None].expand_as(scores)
+    cand = torch.where(scores >= best[parent], edges, scores.shape[0])
+    out = torch.full((n, scores.shape[1]), scores.shape[0], dtype=torch.long, device=scores.device)
+    out = out.scatter_reduce_(0, parent[:, None].expand_as(scores), cand, "amin", include_self=True)
+    return out.clamp(max=scores.shape[0] - 1)  # rows where every edge is -inf: any edge
 
 
 class CompiledCircuit:
@@ -118,93 +119,95 @@ class CompiledCircuit:
         return torch.as_tensor(np.array(values), dtype=dtype or self.dtype, device=self.device)
 
     # -- upward ---------------------------------------------------------------------------
+    # Values are stored node-major, (nodes, rows): gathering a layer's children then copies
+    # whole contiguous rows of memory.
     def leaf_values(self, x: torch.Tensor, mode: str = "sum") -> list[torch.Tensor]:
+        """Per leaf group, (L, rows) log-values of x (rows, variables)."""
         out = []
         for g in self.groups:
             xv = x[:, g.vars]  # (rows, L)
             lp = leaf_type(g.dist).log_prob(xv, g.params)
             fill = torch.zeros_like(g.log_mode) if mode == "sum" else g.log_mode
-            out.append(torch.where(torch.isnan(xv), fill.expand_as(lp), lp))
+            out.append(torch.where(torch.isnan(xv), fill.expand_as(lp), lp).T)
         return out
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor, mode: str = "sum") -> torch.Tensor:
-        """x (rows, variables) with NaN for unobserved -> log-values (rows, nodes)."""
+        """x (rows, variables) with NaN for unobserved -> log-values (nodes, rows)."""
         rows = x.shape[0]
-        values = torch.empty(rows, self.n_nodes, dtype=self.dtype, device=self.device)
+        values = torch.empty(self.n_nodes, rows, dtype=self.dtype, device=self.device)
         for g, lp in zip(self.groups, self.leaf_values(x, mode)):
-            values[:, g.start:g.end] = lp
+            values[g.start:g.end] = lp
         for layer in self.layers:
             n = layer.end - layer.start
-            child = values[:, layer.child]  # (rows, E)
+            child = values[layer.child]  # (E, rows)
             if layer.kind == "product":
-                out = torch.zeros(rows, n, dtype=self.dtype, device=self.device)
-                out.index_add_(1, layer.parent, child)
+                out = torch.zeros(n, rows, dtype=self.dtype, device=self.device)
+                out.index_add_(0, layer.parent, child)
             else:
-                scores = child + layer.log_w
+                scores = child + layer.log_w[:, None]
                 best = segment_max(scores, layer.parent, n)
                 if mode == "max":
                     out = best
                 else:
-                    safe = torch.where(torch.isfinite(best), best, torch.zeros_like(best))
-                    total = torch.zeros(rows, n, dtype=self.dtype, device=self.device)
-                    total.index_add_(1, layer.parent, torch.exp(scores - safe[:, layer.parent]))
+                    safe = best.nan_to_num(0.0, posinf=0.0, neginf=0.0)
+                    total = torch.zeros(n, rows, dtype=self.dtype, device=self.device)
+                    total.index_add_(0, layer.parent, torch.exp(scores - safe[layer.parent]))
                     out = torch.log(total) + safe
-            values[:, layer.start:layer.end] = out
+            values[layer.start:layer.end] = out
         return values
 
     def log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
         """(rows,) log p(observed part of each row)."""
-        return self.forward(x)[:, self.root]
+        return self.forward(x)[self.root]
 
     # -- downward -------------------------------------------------------------------------
     @torch.no_grad()
     def flows(self, values: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """Posterior use of each node (rows, nodes) and of each sum edge (per layer: (rows, E))."""
-        rows = values.shape[0]
+        """Posterior use of each node (nodes, rows) and of each sum edge (per layer: (E, rows))."""
         flow = torch.zeros_like(values)
-        flow[:, self.root] = 1.0
+        flow[self.root] = 1.0
         edge_flows: list[torch.Tensor | None] = [None] * len(self.layers)
         for k in range(len(self.layers) - 1, -1, -1):
             layer = self.layers[k]
-            fp = flow[:, layer.start:layer.end][:, layer.parent]  # (rows, E)
+            fp = flow[layer.start:layer.end][layer.parent]  # (E, rows)
             if layer.kind == "sum":
-                parent_v = values[:, layer.start:layer.end][:, layer.parent]
-                ratio = torch.exp(values[:, layer.child] + layer.log_w - parent_v)
-                fp = torch.where(torch.isfinite(parent_v), fp * ratio, torch.zeros_like(fp))
+                parent_v = values[layer.start:layer.end]
+                parent_v = torch.where(torch.isfinite(parent_v), parent_v, math.inf)  # impossible rows: 0
+                fp = fp * torch.exp(values[layer.child] + layer.log_w[:, None] - parent_v[layer.parent])
                 edge_flows[k] = fp
-            flow.index_add_(1, layer.child, fp)
+            flow.index_add_(0, layer.child, fp)
         return flow, edge_flows
 
     @torch.no_grad()
     def select(self, values: torch.Tensor, how: str, gen: torch.Generator | None = None) -> torch.Tensor:
-        """Top-down choice of one child per sum: returns the active leaves (rows, n_leaves)."""
-        rows = values.shape[0]
-        active = torch.zeros(rows, self.n_nodes, dtype=self.dtype, device=self.device)
-        active[:, self.root] = 1.0
+        """Top-down choice of one child per sum: returns the active leaves (n_leaves, rows)."""
+        rows = values.shape[1]
+        active = torch.zeros(self.n_nodes, rows, dtype=self.dtype, device=self.device)
+        active[self.root] = 1.0
         for layer in reversed(self.layers):
             n = layer.end - layer.start
-            on = active[:, layer.start:layer.end].clone()  # (rows, n)
+            on = active[layer.start:layer.end].clone()  # (n, rows)
             if layer.kind == "product":
-                active.index_add_(1, layer.child, on[:, layer.parent])
+                active.index_add_(0, layer.child, on[layer.parent])
                 continue
-            scores = values[:, layer.child] + layer.log_w
+            scores = values[layer.child] + layer.log_w[:, None]
             if how == "sample":  # Gumbel-max: a draw proportional to weight x child value
                 u = torch.rand(scores.shape, generator=gen, dtype=self.dtype, device=self.device)
                 scores = scores - torch.log(-torch.log(u.clamp_min(1e-300)))
-            chosen = layer.child[segment_argmax(scores, layer.parent, n)]  # (rows, n)
-            active.scatter_reduce_(1, chosen, on, "amax", include_self=True)
-        return active[:, : self.n_leaves] > 0
+            chosen = layer.child[segment_argmax(scores, layer.parent, n)]  # (n, rows)
+            active.scatter_reduce_(0, chosen, on, "amax", include_self=True)
+        return active[: self.n_leaves] > 0
 
     def fill(self, x: torch.Tensor, active: torch.Tensor, how: str,
              gen: torch.Generator | None = None) -> torch.Tensor:
-        """Missing entries of ``x`` from the active leaves' modes (``max``) or draws."""
+        """Missing entries of ``x`` (rows, variables) from the active leaves' modes or draws."""
         rows = x.shape[0]
         proposal = torch.zeros(rows, self.n_vars, dtype=self.dtype, device=self.device)
         for g in self.groups:
             kind = leaf_type(g.dist)
             vals = (kind.mode(g.params).expand(rows, -1) if how == "max"
                     else kind.sample(g.params, rows, gen).to(self.dtype))
-            on = active[:, g.start:g.end]
+            on = active[g.start:g.end].T
             proposal.index_add_(1, g.vars, torch.where(on, vals, torch.zeros_like(vals)))
         return torch.where(torch.isnan(x), proposal, x)

@@ -46,6 +46,16 @@ class LeafType:
         raise NotImplementedError
 
     @staticmethod
+    def stats(x: np.ndarray, w: np.ndarray, params: dict) -> np.ndarray:
+        """Weighted sufficient statistics of observed values (what EM accumulates)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def from_stats(stats: np.ndarray, params: dict) -> dict[str, np.ndarray]:
+        """New parameters from (accumulated) sufficient statistics."""
+        raise NotImplementedError
+
+    @staticmethod
     def stack(params: list[dict]) -> dict[str, torch.Tensor]:
         """Parameters of L leaves as tensors with leading dimension L."""
         raise NotImplementedError
@@ -94,6 +104,17 @@ def weighted_mean_std(x: np.ndarray, w: np.ndarray) -> tuple[float, float]:
     return mean, max(math.sqrt(max(var, 0.0)), MIN_STD)
 
 
+def moments(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.array([w.sum(), (w * x).sum(), (w * x * x).sum()])
+
+
+def mean_std_from(m: np.ndarray) -> tuple[float, float]:
+    if m[0] <= 0:
+        return 0.0, 1.0
+    mean = m[1] / m[0]
+    return float(mean), max(math.sqrt(max(m[2] / m[0] - mean * mean, 0.0)), MIN_STD)
+
+
 def gaussian_log_prob(x, mean, std):
     return -0.5 * ((x - mean) / std) ** 2 - torch.log(std) - 0.5 * LOG_2PI
 
@@ -105,6 +126,15 @@ class Gaussian(LeafType):
     @staticmethod
     def fit(x, w, cardinality):
         mean, std = weighted_mean_std(x, w)
+        return {"mean": np.array(mean), "std": np.array(std)}
+
+    @staticmethod
+    def stats(x, w, params):
+        return moments(x, w)
+
+    @staticmethod
+    def from_stats(stats, params):
+        mean, std = mean_std_from(stats)
         return {"mean": np.array(mean), "std": np.array(std)}
 
     @staticmethod
@@ -137,8 +167,15 @@ class Bernoulli(LeafType):
 
     @staticmethod
     def fit(x, w, cardinality):
-        one = float((w * (x == 1)).sum())
-        return {"p": np.array((one + ALPHA) / (w.sum() + 2 * ALPHA))}
+        return Bernoulli.from_stats(Bernoulli.stats(x, w, {}), {})
+
+    @staticmethod
+    def stats(x, w, params):
+        return np.array([w.sum(), (w * (x == 1)).sum()])
+
+    @staticmethod
+    def from_stats(stats, params):
+        return {"p": np.array((stats[1] + ALPHA) / (stats[0] + 2 * ALPHA))}
 
     @staticmethod
     def stack(params):
@@ -170,8 +207,16 @@ class Categorical(LeafType):
 
     @staticmethod
     def fit(x, w, cardinality):
-        counts = np.bincount(x.astype(int), weights=w, minlength=cardinality)[:cardinality]
-        return {"probs": (counts + ALPHA) / (counts.sum() + ALPHA * cardinality)}
+        return Categorical.from_stats(Categorical.stats(x, w, {"probs": np.zeros(cardinality)}), {})
+
+    @staticmethod
+    def stats(x, w, params):
+        k = len(params["probs"])
+        return np.bincount(x.astype(int), weights=w, minlength=k)[:k]
+
+    @staticmethod
+    def from_stats(stats, params):
+        return {"probs": (stats + ALPHA) / (stats.sum() + ALPHA * len(stats))}
 
     @staticmethod
     def stack(params):
@@ -221,6 +266,19 @@ class Histogram(LeafType):
         probs = (counts + ALPHA) / (counts.sum() + ALPHA * bins)
         return {"edges": edges, "probs": probs, "mean": np.array(mean), "std": np.array(std),
                 "eps": np.array(HIST_EPS)}
+
+    @staticmethod
+    def stats(x, w, params):
+        edges = params["edges"]
+        counts, _ = np.histogram(np.clip(x, edges[0], edges[-1]), bins=edges, weights=w)
+        return np.concatenate([counts, moments(x, w)])
+
+    @staticmethod
+    def from_stats(stats, params):
+        counts = stats[:-3]
+        mean, std = mean_std_from(stats[-3:])
+        return {"edges": params["edges"], "probs": (counts + ALPHA) / (counts.sum() + ALPHA * len(counts)),
+                "mean": np.array(mean), "std": np.array(std), "eps": params["eps"]}
 
     @staticmethod
     def stack(params):

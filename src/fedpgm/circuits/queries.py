@@ -35,7 +35,7 @@ def check_evidence(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
 
 
 def chunks(cc: CompiledCircuit, n: int):
-    step = max(1, MAX_CELLS // max(cc.n_nodes, 1))
+    step = max(1, MAX_CELLS // max(cc.n_nodes + sum(len(l.child) for l in cc.layers), 1))
     for lo in range(0, n, step):
         yield slice(lo, min(n, lo + step))
 
@@ -90,7 +90,7 @@ def mpe(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
     out = np.empty_like(X)
     for s in chunks(cc, len(X)):
         x = cc.tensor(X[s])
-        values = cc.forward(x, mode="max")
+        values = cc.forward(x, mode="max")  # (nodes, rows)
         out[s] = cc.fill(x, cc.select(values, "max"), "max").cpu().numpy()
     return out
 

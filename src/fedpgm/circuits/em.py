@@ -1,0 +1,106 @@
+"""Expectation-maximisation for the parameters of any circuit (structure fixed).
+
+E-step: one upward pass and one top-down ``flows`` pass give, per row, the posterior
+probability that each sum edge and each leaf is used; summed over rows these are expected
+counts, and each leaf accumulates its type's weighted sufficient statistics (rows where its
+variable is missing carry no weight). M-step: sum weights = normalised edge counts (plus a
+tiny constant, so none is exactly 0); leaves refit from their statistics. Batch EM uses all
+rows per iteration; mini-batch (stepwise, online) EM keeps running statistics updated after
+every batch with step size (t + 2)^-decay (Liang and Klein 2009).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedpgm.circuits.compiled import CompiledCircuit
+from fedpgm.circuits.leaves import leaf_type
+from fedpgm.circuits.structure import Circuit
+from fedpgm.errors import FedpgmError
+
+SMOOTH = 1e-6
+MAX_CELLS = 20_000_000  # node values per chunk of rows
+
+
+def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) -> tuple[dict, float]:
+    """{("edge", layer) or ("leaf", node): statistics} summed over rows, and the total LL."""
+    stats: dict = {}
+    total = 0.0
+    step = max(1, MAX_CELLS // max(cc.n_nodes + sum(len(l.child) for l in cc.layers), 1))
+    for lo in range(0, len(X), step):
+        x = cc.tensor(X[lo: lo + step])
+        values = cc.forward(x)
+        flow, edge_flows = cc.flows(values)
+        total += float(values[cc.root].sum())
+        part = {("edge", k): f.sum(1).cpu().numpy() for k, f in enumerate(edge_flows) if f is not None}
+        for g in cc.groups:
+            kind = leaf_type(g.dist)
+            xv = x[:, g.vars].cpu().numpy()
+            w = flow[g.start:g.end].cpu().numpy()
+            for j, node_id in enumerate(g.nodes):
+                seen = ~np.isnan(xv[:, j])
+                part[("leaf", node_id)] = kind.stats(xv[seen, j], w[j, seen], circuit.nodes[node_id].params)
+        stats = part if not stats else {k: stats[k] + part[k] for k in stats}
+    return stats, total
+
+
+def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict) -> None:
+    """Write the parameters that maximise the expected log-likelihood into ``circuit``."""
+    for k, layer in enumerate(cc.layers):
+        if layer.kind != "sum":
+            continue
+        counts = stats[("edge", k)] + SMOOTH
+        parent = layer.parent.cpu().numpy()
+        new = counts / np.bincount(parent, weights=counts)[parent]
+        offset = 0
+        for node_id in layer.nodes:
+            node = circuit.nodes[node_id]
+            node.weights = new[offset: offset + len(node.children)].copy()
+            offset += len(node.children)
+    for key, value in stats.items():
+        if key[0] == "leaf":
+            node = circuit.nodes[key[1]]
+            node.params = leaf_type(node.dist).from_stats(value, node.params)
+
+
+def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | None = None,
+       decay: float = 0.6, seed: int = 0, tol: float = 1e-6, progress=None) -> list[float]:
+    """Refine ``circuit``'s parameters in place; returns the mean train log-likelihood of
+    each pass (under the parameters at the start of that pass).
+
+    ``batch_size=None``: batch EM. Otherwise stepwise EM over shuffled mini-batches.
+    """
+    if iterations < 1:
+        raise FedpgmError(f"iterations must be >= 1, got {iterations}")
+    if batch_size is not None and batch_size < 1:
+        raise FedpgmError(f"batch_size must be >= 1, got {batch_size}")
+    X = np.asarray(X, dtype=float)
+    rng = np.random.default_rng(seed)
+    history: list[float] = []
+    running: dict | None = None
+    step = 0
+    for it in range(iterations):
+        if batch_size is None:
+            cc = CompiledCircuit(circuit)
+            stats, total = expected_statistics(circuit, cc, X)
+            m_step(circuit, cc, stats)
+        else:
+            total = 0.0
+            order = rng.permutation(len(X))
+            for lo in range(0, len(X), batch_size):
+                rows = order[lo: lo + batch_size]
+                cc = CompiledCircuit(circuit)
+                stats, ll = expected_statistics(circuit, cc, X[rows])
+                total += ll
+                scale, eta = len(X) / len(rows), (step + 2) ** (-decay)
+                stats = {k: v * scale for k, v in stats.items()}
+                running = stats if running is None else {
+                    k: (1 - eta) * running[k] + eta * stats[k] for k in stats}
+                m_step(circuit, cc, running)
+                step += 1
+        history.append(total / len(X))
+        if progress is not None:
+            progress(it, history[-1])
+        if len(history) > 1 and abs(history[-1] - history[-2]) < tol:
+            break
+    return history

@@ -1,0 +1,146 @@
+"""Estimators in scikit-learn's style: ``LearnSPN`` and ``RatSPN``.
+
+``fit(X, schema=None)`` takes a DataFrame whose columns are the schema's names (a missing
+column is all-NaN, i.e. marginalised) or an array with one column per schema variable; with
+no schema, every column is continuous. Fitted attributes end in ``_``: ``circuit_``,
+``compiled_``, ``schema_``. Parameters are validated at ``fit`` with errors naming them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fedpgm.circuits import queries
+from fedpgm.circuits.compiled import CompiledCircuit
+from fedpgm.circuits.em import em
+from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.learnspn import learn_spn
+from fedpgm.circuits.ratspn import rat_spn
+from fedpgm.circuits.structure import Circuit
+from fedpgm.data.schema import Feature, Schema
+from fedpgm.errors import FedpgmError
+
+
+def as_matrix(X, schema: Schema) -> np.ndarray:
+    """(rows, variables) float matrix in schema order."""
+    if isinstance(X, pd.DataFrame):
+        unknown = [c for c in X.columns if c not in schema]
+        if unknown:
+            raise FedpgmError(f"unknown column(s) {unknown}; the model's variables are {schema.names}")
+        return X.reindex(columns=schema.names).to_numpy(dtype=float)
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2 or X.shape[1] != len(schema):
+        raise FedpgmError(f"expected {len(schema)} columns ({schema.names}), got shape {X.shape}")
+    return X
+
+
+class CircuitEstimator:
+    """Shared query API; subclasses implement ``_learn(schema, X) -> Circuit``."""
+
+    _params: tuple[str, ...] = ()
+
+    def get_params(self, deep: bool = True) -> dict:
+        return {k: getattr(self, k) for k in self._params}
+
+    def set_params(self, **params) -> "CircuitEstimator":
+        for k, v in params.items():
+            if k not in self._params:
+                raise FedpgmError(f"unknown parameter '{k}'; parameters are {list(self._params)}")
+            setattr(self, k, v)
+        return self
+
+    def fit(self, X, schema: Schema | None = None, y=None) -> "CircuitEstimator":
+        if schema is None:
+            if isinstance(X, pd.DataFrame):
+                names = [str(c) for c in X.columns]
+            else:
+                names = [f"x{i}" for i in range(np.asarray(X).shape[1])]
+            schema = Schema(tuple(Feature(n, "continuous") for n in names))
+        self.schema_ = schema
+        self.circuit_ = self._learn(schema, as_matrix(X, schema))
+        self.compiled_ = CompiledCircuit(self.circuit_)
+        return self
+
+    def _learn(self, schema: Schema, X: np.ndarray) -> Circuit:
+        raise NotImplementedError
+
+    def _check(self) -> CompiledCircuit:
+        if not hasattr(self, "compiled_"):
+            raise FedpgmError(f"this {type(self).__name__} is not fitted yet; call fit first")
+        return self.compiled_
+
+    def log_likelihood(self, X) -> np.ndarray:
+        """(rows,) log-likelihood in nats; NaN or absent columns are marginalised."""
+        cc = self._check()
+        return queries.log_likelihood(cc, as_matrix(X, self.schema_))
+
+    def score(self, X, y=None) -> float:
+        """Mean log-likelihood per row (nats)."""
+        return float(self.log_likelihood(X).mean())
+
+    def predict_proba(self, X, target: str | None = None) -> np.ndarray:
+        target = target or self.schema_.label
+        if target is None:
+            raise FedpgmError("predict_proba needs a target: pass target= or fit with a labelled schema")
+        return queries.predict_proba(self._check(), as_matrix(X, self.schema_), target)
+
+    def predict(self, X, target: str | None = None) -> np.ndarray:
+        return self.predict_proba(X, target).argmax(axis=1)
+
+    def conditional(self, X, query: list[str]) -> np.ndarray:
+        return queries.conditional(self._check(), as_matrix(X, self.schema_), query)
+
+    def mpe(self, X) -> np.ndarray:
+        return queries.mpe(self._check(), as_matrix(X, self.schema_))
+
+    def sample(self, n: int | None = None, evidence=None, seed: int = 0) -> np.ndarray:
+        ev = None if evidence is None else as_matrix(evidence, self.schema_)
+        return queries.sample(self._check(), n, ev, seed)
+
+    def save(self, folder) -> None:
+        save_circuit(self.circuit_, folder, {"estimator": type(self).__name__, "params": self.get_params()})
+
+    @classmethod
+    def load(cls, folder) -> "CircuitEstimator":
+        circuit, meta = load_circuit(folder)
+        model = cls()
+        model.set_params(**{k: v for k, v in meta.get("params", {}).items() if k in cls._params})
+        model.schema_, model.circuit_ = circuit.schema, circuit
+        model.compiled_ = CompiledCircuit(circuit)
+        return model
+
+
+class LearnSPN(CircuitEstimator):
+    """LearnSPN / Mixed SPN (``leaf="histogram"``); see ``fedpgm.circuits.learnspn``."""
+
+    _params = ("min_instances_slice", "threshold", "leaf", "seed")
+
+    def __init__(self, min_instances_slice: int = 100, threshold: float = 0.3, leaf: str = "gaussian",
+                 seed: int = 0) -> None:
+        self.min_instances_slice, self.threshold, self.leaf, self.seed = (
+            min_instances_slice, threshold, leaf, seed)
+
+    def _learn(self, schema, X):
+        return learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed)
+
+
+class RatSPN(CircuitEstimator):
+    """RAT-SPN structure + EM (batch, or mini-batch with ``batch_size``)."""
+
+    _params = ("depth", "repetitions", "n_sums", "n_inputs", "leaf", "em_iterations", "batch_size", "seed")
+
+    def __init__(self, depth: int = 2, repetitions: int = 4, n_sums: int = 4, n_inputs: int = 4,
+                 leaf: str = "gaussian", em_iterations: int = 20, batch_size: int | None = None,
+                 seed: int = 0) -> None:
+        self.depth, self.repetitions, self.n_sums, self.n_inputs = depth, repetitions, n_sums, n_inputs
+        self.leaf, self.em_iterations, self.batch_size, self.seed = leaf, em_iterations, batch_size, seed
+
+    def _learn(self, schema, X):
+        circuit = rat_spn(schema, X, self.depth, self.repetitions, self.n_sums, self.n_inputs,
+                          self.leaf, self.seed)
+        self.history_ = em(circuit, X, self.em_iterations, self.batch_size, seed=self.seed)
+        return circuit
+
+
+ESTIMATORS = {"learnspn": LearnSPN, "ratspn": RatSPN}

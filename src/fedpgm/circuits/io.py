@@ -1,0 +1,126 @@
+"""Circuit files: ``structure.json`` (nodes, schema) + ``params.safetensors`` (numbers).
+
+Parameters are packed per kind into a few flat arrays (``sum_weights``; per leaf type and
+parameter, e.g. ``leaf.gaussian.mean``) consumed in node order, so a circuit with 10^5 nodes is
+still a handful of tensors. Loading never executes anything (JSON and safetensors only) and
+checks everything: format tag, node types, child order, variables, leaf types, that the packed
+arrays are consumed exactly, and finally the circuit's validity (weights, smoothness,
+decomposability); a crafted or corrupt file fails with one clear ``FedpgmError``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
+
+from fedpgm.circuits.leaves import LEAF_TYPES
+from fedpgm.circuits.structure import Circuit, Leaf, Product, Sum
+from fedpgm.data.schema import Schema
+from fedpgm.errors import FedpgmError
+
+FORMAT = "fedpgm-circuit/1"
+STRUCTURE, PARAMS = "structure.json", "params.safetensors"
+
+
+def save_circuit(circuit: Circuit, folder: str | Path, meta: dict | None = None) -> Path:
+    """Write the two files into ``folder`` (replaced atomically if it exists)."""
+    circuit.validate()
+    folder = Path(folder)
+    nodes, packs = [], {"sum_weights": []}
+    for node in circuit.nodes:
+        if isinstance(node, Leaf):
+            shapes = {}
+            for name, value in node.params.items():
+                packs.setdefault(f"leaf.{node.dist}.{name}", []).append(np.ravel(value))
+                shapes[name] = list(np.shape(value))
+            nodes.append({"type": "leaf", "var": node.var, "dist": node.dist, "shapes": shapes})
+        elif isinstance(node, Sum):
+            packs["sum_weights"].append(node.weights)
+            nodes.append({"type": "sum", "children": node.children})
+        else:
+            nodes.append({"type": "product", "children": node.children})
+    tensors = {k: np.concatenate(v).astype(np.float64) if v else np.zeros(0) for k, v in packs.items()}
+    doc = {"format": FORMAT, "schema": circuit.schema.to_dict(), "nodes": nodes, "meta": meta or {}}
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
+    try:
+        (tmp / STRUCTURE).write_text(json.dumps(doc, separators=(",", ":")))
+        save_file(tensors, str(tmp / PARAMS))
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return folder
+
+
+def load_circuit(folder: str | Path) -> tuple[Circuit, dict]:
+    """Read a saved circuit and its ``meta``; every inconsistency is a ``FedpgmError``."""
+    folder = Path(folder)
+    where = f"circuit file in {folder}"
+    for name in (STRUCTURE, PARAMS):
+        if not (folder / name).is_file():
+            raise FedpgmError(f"{folder} has no {name}; pass a folder written by fedpgm (pc fit --out)")
+    try:
+        doc = json.loads((folder / STRUCTURE).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FedpgmError(f"{where}: {STRUCTURE} is not valid JSON ({e})") from None
+    try:
+        tensors = load_file(str(folder / PARAMS))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise FedpgmError(f"{where}: {PARAMS} is not a valid safetensors file ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise FedpgmError(f"{where}: not a {FORMAT} file")
+    try:
+        circuit = Circuit(Schema.from_dict(doc["schema"]))
+        cursor = {k: 0 for k in tensors}
+
+        def take(key: str, size: int) -> np.ndarray:
+            if key not in tensors or cursor[key] + size > tensors[key].size:
+                raise FedpgmError(f"{where}: parameter array '{key}' is missing or too short")
+            out = tensors[key][cursor[key]: cursor[key] + size]
+            cursor[key] += size
+            return out.astype(float)
+
+        for i, nd in enumerate(doc["nodes"]):
+            kind = nd.get("type") if isinstance(nd, dict) else None
+            if kind == "leaf":
+                if nd["dist"] not in LEAF_TYPES:
+                    raise FedpgmError(f"{where}: node {i} has unknown leaf type {nd['dist']!r}")
+                if not isinstance(nd["var"], int) or not 0 <= nd["var"] < len(circuit.schema):
+                    raise FedpgmError(f"{where}: node {i} uses variable {nd['var']!r}, not in the schema")
+                params = {}
+                for name, shape in nd["shapes"].items():
+                    shape = [int(s) for s in shape]
+                    if any(s < 0 for s in shape):
+                        raise FedpgmError(f"{where}: node {i} has a negative shape")
+                    size = int(np.prod(shape)) if shape else 1
+                    params[name] = take(f"leaf.{nd['dist']}.{name}", size).reshape(shape)
+                circuit.nodes.append(Leaf(nd["var"], nd["dist"], params))
+            elif kind in ("sum", "product"):
+                children = nd["children"]
+                if not isinstance(children, list) or not all(isinstance(c, int) and 0 <= c < i for c in children):
+                    raise FedpgmError(f"{where}: node {i} has children that are not earlier nodes")
+                if kind == "sum":
+                    circuit.nodes.append(Sum(list(children), take("sum_weights", len(children))))
+                else:
+                    circuit.nodes.append(Product(list(children)))
+            else:
+                raise FedpgmError(f"{where}: node {i} has unknown type {kind!r}")
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, FedpgmError):
+            raise
+        raise FedpgmError(f"{where}: malformed node list ({type(e).__name__}: {e})") from None
+    left = {k: v.size - cursor[k] for k, v in tensors.items() if v.size != cursor[k]}
+    if left:
+        raise FedpgmError(f"{where}: parameter arrays have unused values {left}")
+    circuit.validate()
+    return circuit, doc.get("meta", {})

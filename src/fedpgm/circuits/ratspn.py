@@ -1,0 +1,68 @@
+"""RAT-SPN (Peharz et al. 2020): a random region graph made into a circuit, trained by EM.
+
+For each of ``repetitions`` random variable orders, the variables are split in halves
+recursively ``depth`` times (fewer where a region has a single variable). A leaf region holds
+``n_inputs`` factorised input distributions (products of one leaf per variable, initialised
+from random subsets of the rows); a split of a region into two gives all pairwise products of
+the two halves' nodes; an inner region mixes those products with ``n_sums`` sum nodes; the
+root mixes the top products of every repetition. Parameters are then fitted by EM
+(``fedpgm.circuits.em``), batch or mini-batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedpgm.circuits.leaves import default_leaf, leaf_type
+from fedpgm.circuits.structure import Circuit
+from fedpgm.data.schema import Schema
+from fedpgm.errors import FedpgmError
+
+
+def init_input(c: Circuit, X: np.ndarray, vars_: list[int], leaf: str, rng) -> int:
+    """A product of leaves over ``vars_``, fitted to a random fifth of the rows."""
+    rows = rng.choice(len(X), size=max(2, len(X) // 5), replace=len(X) < 10)
+    leaves = []
+    for v in vars_:
+        feat = c.schema.features[v]
+        dist = default_leaf(feat.kind, leaf)
+        x = X[rows, v]
+        x = x[~np.isnan(x)]
+        leaves.append(c.leaf(v, dist, leaf_type(dist).fit(x, np.ones(len(x)), feat.cardinality)))
+    return leaves[0] if len(leaves) == 1 else c.product(leaves)
+
+
+def region(c: Circuit, X: np.ndarray, vars_: list[int], depth: int, n_sums: int, n_inputs: int,
+           leaf: str, rng, top: bool = False) -> list[int]:
+    """Node ids representing one region (sums, or the products of its split if ``top``)."""
+    if depth == 0 or len(vars_) == 1:
+        return [init_input(c, X, vars_, leaf, rng) for _ in range(n_inputs)]
+    half = len(vars_) // 2
+    left = region(c, X, vars_[:half], depth - 1, n_sums, n_inputs, leaf, rng)
+    right = region(c, X, vars_[half:], depth - 1, n_sums, n_inputs, leaf, rng)
+    products = [c.product([a, b]) for a in left for b in right]
+    if top:
+        return products
+    return [c.sum(products, rng.dirichlet(np.ones(len(products)))) for _ in range(n_sums)]
+
+
+def rat_spn(schema: Schema, X: np.ndarray, depth: int = 2, repetitions: int = 4, n_sums: int = 4,
+            n_inputs: int = 4, leaf: str = "gaussian", seed: int = 0) -> Circuit:
+    """The RAT-SPN structure with initial parameters (train it with ``em``)."""
+    for name, value in (("depth", depth), ("repetitions", repetitions), ("n_sums", n_sums),
+                        ("n_inputs", n_inputs)):
+        if value < 1:
+            raise FedpgmError(f"{name} must be >= 1, got {value}")
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2 or X.shape[1] != len(schema) or len(X) == 0:
+        raise FedpgmError(f"training data must be (rows > 0, {len(schema)}), got shape {X.shape}")
+    rng = np.random.default_rng(seed)
+    c = Circuit(schema)
+    tops = []
+    for _ in range(repetitions):
+        order = [int(v) for v in rng.permutation(len(schema))]
+        tops += region(c, X, order, depth, n_sums, n_inputs, leaf, rng, top=len(order) > 1)
+    if len(tops) > 1:
+        c.sum(tops, rng.dirichlet(np.ones(len(tops))))
+    c.validate()
+    return c
