@@ -59,13 +59,13 @@ class Circuit:
         return len(self.nodes) - 1
 
     def leaf(self, var: int, dist: str, params: dict) -> int:
-        return self.add(Leaf(var, dist, {k: np.asarray(v, dtype=float) for k, v in params.items()}))
+        return self.add(Leaf(int(var), dist, {k: np.asarray(v, dtype=float) for k, v in params.items()}))
 
     def sum(self, children: Sequence[int], weights: Sequence[float]) -> int:
-        return self.add(Sum(list(children), np.asarray(weights, dtype=float)))
+        return self.add(Sum([int(c) for c in children], np.asarray(weights, dtype=float)))
 
     def product(self, children: Sequence[int]) -> int:
-        return self.add(Product(list(children)))
+        return self.add(Product([int(c) for c in children]))
 
     @property
     def root(self) -> int:

@@ -215,7 +215,7 @@ class Schema:
             unknown = [v for v, k in keys.items() if k not in lookup]
             if unknown:
                 raise FedpgmError(
-                    f"{what} column '{f.name}' holds {unknown[0]!r}, not one of its categories "
+                    f"{what} column '{f.name}' holds '{canonical(unknown[0])}', not one of its categories "
                     f"{list(f.categories)}; add it to the schema"
                 )
             codes = col.map({v: float(lookup[k]) for v, k in keys.items()}).astype(float)
