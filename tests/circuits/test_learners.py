@@ -76,7 +76,8 @@ def test_ratspn_minibatch_em_learns(mixed):
 
 def test_estimator_api(mixed):
     model = LearnSPN(min_instances_slice=200, seed=3)
-    assert model.get_params() == {"min_instances_slice": 200, "threshold": 0.3, "leaf": "gaussian", "seed": 3}
+    assert model.get_params() == {"min_instances_slice": 200, "threshold": 0.3, "leaf": "gaussian", "seed": 3,
+                                  "precision": "float64"}
     model.set_params(threshold=0.2)
     with pytest.raises(FedpgmError, match="unknown parameter 'depth'"):
         model.set_params(depth=3)

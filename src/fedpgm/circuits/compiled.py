@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedpgm.circuits.fused import LINEAR, LinearFrontier
 from fedpgm.circuits.leaves import leaf_type
 from fedpgm.circuits.structure import Circuit, Leaf, Sum
 
@@ -48,6 +49,28 @@ class Layer:
     child: torch.Tensor  # (E,) compiled position of each edge's child
     parent: torch.Tensor  # (E,) parent's index within the layer (0..end-start-1)
     log_w: torch.Tensor | None = None  # (E,) sums only
+    pos: torch.Tensor | None = None  # positions to write when the nodes are not contiguous
+
+    def write(self, values: torch.Tensor, out: torch.Tensor) -> None:
+        if self.pos is None:
+            values[self.start:self.end] = out
+        else:
+            values.index_copy_(0, self.pos, out)
+
+    def subset(self, keep: list[int], cc) -> "Layer | None":
+        """The same layer restricted to the nodes ``keep`` (symbolic ids), or None."""
+        if len(keep) == len(self.nodes):
+            return self
+        if not keep:
+            return None
+        local = {i: k for k, i in enumerate(self.nodes)}
+        edges = torch.cat([torch.nonzero(self.parent == local[i]).reshape(-1) for i in keep])
+        remap = torch.full((len(self.nodes),), -1, dtype=torch.long, device=self.parent.device)
+        remap[torch.tensor([local[i] for i in keep], device=remap.device)] = torch.arange(
+            len(keep), device=remap.device)
+        return Layer(self.kind, 0, len(keep), keep, self.child[edges], remap[self.parent[edges]],
+                     None if self.log_w is None else self.log_w[edges],
+                     cc.tensor([cc.position[i] for i in keep], torch.long))
 
 
 def segment_max(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Tensor:
@@ -114,6 +137,17 @@ class CompiledCircuit:
         self.position = pos
         self.n_nodes = len(pos)
         self.root = pos[circuit.root]
+        self._fusion = None
+
+    def fusion(self):
+        """The fused linear part and the layers left to evaluate after it (built once)."""
+        if self._fusion is None:
+            fz = LinearFrontier(self)
+            layers = [layer.subset([i for i in layer.nodes if i not in fz.fused], self)
+                      for layer in self.layers]
+            groups = [g for g in self.groups if g.dist not in LINEAR]
+            self._fusion = (fz, [l for l in layers if l is not None], groups)
+        return self._fusion
 
     def tensor(self, values, dtype=None) -> torch.Tensor:
         return torch.as_tensor(np.array(values), dtype=dtype or self.dtype, device=self.device)
@@ -121,10 +155,10 @@ class CompiledCircuit:
     # -- upward ---------------------------------------------------------------------------
     # Values are stored node-major, (nodes, rows): gathering a layer's children then copies
     # whole contiguous rows of memory.
-    def leaf_values(self, x: torch.Tensor, mode: str = "sum") -> list[torch.Tensor]:
+    def leaf_values(self, x: torch.Tensor, mode: str = "sum", groups=None) -> list[torch.Tensor]:
         """Per leaf group, (L, rows) log-values of x (rows, variables)."""
         out = []
-        for g in self.groups:
+        for g in self.groups if groups is None else groups:
             xv = x[:, g.vars]  # (rows, L)
             lp = leaf_type(g.dist).log_prob(xv, g.params)
             fill = torch.zeros_like(g.log_mode) if mode == "sum" else g.log_mode
@@ -132,13 +166,21 @@ class CompiledCircuit:
         return out
 
     @torch.no_grad()
-    def forward(self, x: torch.Tensor, mode: str = "sum") -> torch.Tensor:
-        """x (rows, variables) with NaN for unobserved -> log-values (nodes, rows)."""
+    def forward(self, x: torch.Tensor, mode: str = "sum", fused: bool = False) -> torch.Tensor:
+        """x (rows, variables) with NaN for unobserved -> log-values (nodes, rows).
+
+        ``fused=True`` computes the linear part by one matmul (``fedpgm.circuits.fused``); then
+        only the root, sums and non-linear nodes hold values (enough for likelihoods).
+        """
         rows = x.shape[0]
         values = torch.empty(self.n_nodes, rows, dtype=self.dtype, device=self.device)
-        for g, lp in zip(self.groups, self.leaf_values(x, mode)):
+        groups, layers = self.groups, self.layers
+        if fused:
+            fz, layers, groups = self.fusion()
+            values.index_copy_(0, fz.positions, fz.values(x, self, mode))
+        for g, lp in zip(groups, self.leaf_values(x, mode, groups)):
             values[g.start:g.end] = lp
-        for layer in self.layers:
+        for layer in layers:
             n = layer.end - layer.start
             child = values[layer.child]  # (E, rows)
             if layer.kind == "product":
@@ -154,12 +196,12 @@ class CompiledCircuit:
                     total = torch.zeros(n, rows, dtype=self.dtype, device=self.device)
                     total.index_add_(0, layer.parent, torch.exp(scores - safe[layer.parent]))
                     out = torch.log(total) + safe
-            values[layer.start:layer.end] = out
+            layer.write(values, out)
         return values
 
     def log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
         """(rows,) log p(observed part of each row)."""
-        return self.forward(x)[self.root]
+        return self.forward(x, fused=True)[self.root]
 
     # -- downward -------------------------------------------------------------------------
     @torch.no_grad()

@@ -21,21 +21,27 @@ def check_evidence(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
     if X.ndim != 2 or X.shape[1] != cc.n_vars:
         raise FedpgmError(f"queries need a table with {cc.n_vars} columns (one per variable: "
                           f"{cc.circuit.schema.names}), got shape {X.shape}")
-    for j, f in enumerate(cc.circuit.schema.features):
-        col = X[:, j]
-        seen = col[~np.isnan(col)]
-        if np.isinf(seen).any():
-            raise FedpgmError(f"evidence for '{f.name}' is infinite; use NaN for unobserved")
-        if f.discrete:
-            bad = seen[(seen != np.round(seen)) | (seen < 0) | (seen >= f.cardinality)]
-            if bad.size:
-                raise FedpgmError(f"evidence for '{f.name}' is {bad[0]:g}, outside its support "
-                                  f"0..{f.cardinality - 1} ({list(f.categories)})")
+    if np.isinf(X).any():
+        j = int(np.flatnonzero(np.isinf(X).any(axis=0))[0])
+        raise FedpgmError(f"evidence for '{cc.circuit.schema.features[j].name}' is infinite; "
+                          "use NaN for unobserved")
+    discrete = [j for j, f in enumerate(cc.circuit.schema.features) if f.discrete]
+    if discrete:
+        d = X[:, discrete]
+        card = np.array([cc.circuit.schema.features[j].cardinality for j in discrete])
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isnan(d) & ((d != np.round(d)) | (d < 0) | (d >= card))
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            f = cc.circuit.schema.features[discrete[c]]
+            raise FedpgmError(f"evidence for '{f.name}' is {d[r, c]:g}, outside its support "
+                              f"0..{f.cardinality - 1} ({list(f.categories)})")
     return X
 
 
 def chunks(cc: CompiledCircuit, n: int):
-    step = max(1, MAX_CELLS // max(cc.n_nodes + sum(len(l.child) for l in cc.layers), 1))
+    widest = max((len(layer.child) for layer in cc.layers), default=0)
+    step = max(1, MAX_CELLS // max(cc.n_nodes + widest, 1))
     for lo in range(0, n, step):
         yield slice(lo, min(n, lo + step))
 
