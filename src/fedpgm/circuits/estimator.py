@@ -40,6 +40,7 @@ class CircuitEstimator:
     """Shared query API; subclasses implement ``_learn(schema, X) -> Circuit``."""
 
     _params: tuple[str, ...] = ()
+    precision = "float64"
 
     def get_params(self, deep: bool = True) -> dict:
         return {k: getattr(self, k) for k in self._params}
@@ -112,7 +113,8 @@ class CircuitEstimator:
     @classmethod
     def load(cls, folder) -> "CircuitEstimator":
         circuit, meta = load_circuit(folder)
-        model = cls()
+        by_name = {c.__name__: c for c in ESTIMATORS.values()}
+        model = by_name.get(meta.get("estimator"), cls)()  # the class that saved it
         model.set_params(**{k: v for k, v in meta.get("params", {}).items() if k in cls._params})
         model.schema_, model.circuit_ = circuit.schema, circuit
         model.compiled_ = model._compile(circuit)
