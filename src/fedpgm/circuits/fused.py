@@ -17,6 +17,7 @@ node's value (flows, MPE, sampling) use the plain layers. Tests check both agree
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -126,8 +127,12 @@ class LinearFrontier:
             coo = torch.sparse_coo_tensor(torch.tensor([rows, cols], dtype=torch.long),
                                           torch.tensor(vals, dtype=cc.dtype), shape,
                                           check_invariants=True).coalesce()
-            dense = len(vals) > DENSE_LIMIT * shape[0] * shape[1]
-            out[block] = (coo.to_dense() if dense else coo.to_sparse_csr()).to(cc.device)
+            if len(vals) > DENSE_LIMIT * shape[0] * shape[1]:
+                out[block] = coo.to_dense().to(cc.device)
+            else:
+                with warnings.catch_warnings():  # torch calls its CSR support "beta"
+                    warnings.simplefilter("ignore", UserWarning)
+                    out[block] = coo.to_sparse_csr().to(cc.device)
         return out
 
     def values(self, x: torch.Tensor, cc, mode: str) -> torch.Tensor:
