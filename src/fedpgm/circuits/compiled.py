@@ -150,7 +150,11 @@ class CompiledCircuit:
         return self._fusion
 
     def tensor(self, values, dtype=None) -> torch.Tensor:
-        return torch.as_tensor(np.array(values), dtype=dtype or self.dtype, device=self.device)
+        """A fresh tensor (never a view of the caller's array) of ``dtype`` on the device."""
+        array = np.asarray(values)
+        if array.dtype == np.float64 and (dtype or self.dtype) != torch.float64:
+            return torch.from_numpy(np.ascontiguousarray(array)).to(dtype or self.dtype, copy=True)
+        return torch.as_tensor(np.array(array), dtype=dtype or self.dtype, device=self.device)
 
     # -- upward ---------------------------------------------------------------------------
     # Values are stored node-major, (nodes, rows): gathering a layer's children then copies

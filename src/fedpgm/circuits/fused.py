@@ -71,6 +71,9 @@ class LinearFrontier:
         self.center_t = cc.tensor([self.center.get(v, 0.0) for v in self.cont])
         self.scale_t = cc.tensor([self.scale.get(v, 1.0) for v in self.cont])
         self.coef = {mode: self.coefficients(cc, nodes, mode) for mode in ("sum", "max")}
+        self.all_continuous = self.cont == list(range(len(schema)))
+        ones = torch.ones(len(self.cont), 1, dtype=cc.dtype, device=cc.device)
+        self.obs_total = {m: c["obs"] @ ones for m, c in self.coef.items() if "obs" in c}
 
     def standardisation(self, nodes, linear) -> tuple[dict, dict]:
         """Per continuous variable, a centre and scale from its leaves (keeps z moderate)."""
@@ -146,14 +149,15 @@ class LinearFrontier:
                 out.add_(m @ (feats.T if m.layout == torch.strided else feats.T.contiguous()))
 
         if self.cont:
-            z = (x[:, self.cont_t] - self.center_t) / self.scale_t  # (rows, Vc)
+            xc = x if self.all_continuous else x[:, self.cont_t]  # (rows, Vc)
+            z = (xc - self.center_t) / self.scale_t
             missing = torch.isnan(z)
             if missing.any():
                 z = torch.where(missing, 0.0, z)
                 add("obs", (~missing).to(cc.dtype))
                 add("miss", missing.to(cc.dtype))
             elif "obs" in coef:
-                out.add_((coef["obs"] @ torch.ones(len(self.cont), 1, dtype=cc.dtype, device=cc.device)))
+                out.add_(self.obs_total[mode])  # every variable observed: a constant per node
             add("sq", z * z)
             add("lin", z)
         if self.disc:
