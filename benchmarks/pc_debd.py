@@ -12,10 +12,10 @@ at least as good on four of the five, each learned in under 60 s on this machine
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
+from common import emit  # noqa: E402  (benchmarks/common.py)
 from fedpgm.circuits.estimator import LearnSPN, RatSPN
 from fedpgm.data import load_dataset
 
@@ -56,11 +56,7 @@ def main() -> None:
         print(name, report["sets"][name]["ratspn_em"], flush=True)
     met = [n for n, r in report["sets"].items() if r["at_least_published"] and r["under_60s"]]
     report["sets_meeting_target"] = met
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

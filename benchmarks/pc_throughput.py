@@ -15,28 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 import numpy as np
 import torch
 
+from common import emit, median_time  # noqa: E402  (benchmarks/common.py)
 from fedpgm.circuits import CompiledCircuit
 from fedpgm.circuits.queries import chunks
 from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.data.schema import Feature, Schema
 
 SIZES = [(1, 2, 2), (2, 4, 4), (4, 8, 8), (8, 16, 16), (8, 26, 26)]  # repetitions, sums, inputs
-
-
-def median_time(fn, repeats=3):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def chunked(cc: CompiledCircuit, X: np.ndarray, fused: bool) -> np.ndarray:
@@ -47,9 +36,9 @@ def chunked(cc: CompiledCircuit, X: np.ndarray, fused: bool) -> np.ndarray:
 
 def peaks(rows: int) -> dict:
     a = torch.randn(2048, 2048)
-    t = median_time(lambda: a @ a)
+    t = median_time(lambda: a @ a, warmup=True)[0]
     x = torch.randn(rows, 256, 8)
-    t2 = median_time(lambda: torch.logsumexp(x, dim=2))
+    t2 = median_time(lambda: torch.logsumexp(x, dim=2), warmup=True)[0]
     return {"matmul_gflops_float32": 2 * 2048**3 / t / 1e9,
             "logsumexp_child_evals_per_s_float32": x.numel() / t2}
 
@@ -71,7 +60,7 @@ def main() -> None:
         for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
             cc = CompiledCircuit(c, dtype=dtype)
             for path, fused in (("fused", True), ("plain", False)):
-                t = median_time(lambda: chunked(cc, X, fused))
+                t = median_time(lambda: chunked(cc, X, fused), warmup=True)[0]
                 row[f"{path}_{name}_rows_per_s"] = args.rows / t
                 row[f"{path}_{name}_edge_evals_per_s"] = args.rows * edges / t
         row["plain_float32_vs_logsumexp_peak"] = (row["plain_float32_edge_evals_per_s"]
@@ -79,11 +68,7 @@ def main() -> None:
         report["circuits"].append(row)
         print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}),
               flush=True)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

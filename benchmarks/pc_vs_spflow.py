@@ -12,10 +12,7 @@ log-likelihood at least as high, and evaluates >= 10x more rows per second.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import time
 
 import numpy as np
 import torch
@@ -23,6 +20,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
+from common import emit, median_time  # noqa: E402  (benchmarks/common.py)
 from fedpgm.circuits.estimator import LearnSPN
 
 EVAL_ROWS = 100_000
@@ -35,21 +33,12 @@ def split():
     return scaler.transform(train), scaler.transform(test)
 
 
-def timed(fn, repeats):
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), times, out
-
-
 def run_fedpgm(train, test, repeats):
-    fit_s, fit_all, model = timed(lambda: LearnSPN(100, 0.3).fit(train), repeats)
+    fit_s, fit_all, model = median_time(lambda: LearnSPN(100, 0.3).fit(train), repeats)
     big = np.tile(test, (EVAL_ROWS // len(test) + 1, 1))[:EVAL_ROWS]
-    eval_s, _, _ = timed(lambda: model.log_likelihood(big), repeats)
+    eval_s, _, _ = median_time(lambda: model.log_likelihood(big), repeats)
     fast = LearnSPN(100, 0.3, precision="float32").fit(train)  # SPFlow evaluates in float32 too
-    eval32_s, _, _ = timed(lambda: fast.log_likelihood(big), repeats)
+    eval32_s, _, _ = median_time(lambda: fast.log_likelihood(big), repeats)
     return {"learn_seconds": fit_s, "learn_seconds_all": fit_all, "test_loglik": model.score(test),
             "eval_rows_per_s": EVAL_ROWS / eval_s, "eval_rows_per_s_float32": EVAL_ROWS / eval32_s,
             "test_loglik_float32": fast.score(test), **model.circuit_.stats()}
@@ -66,13 +55,13 @@ def run_spflow(train, test, repeats):
         return learn_spn(torch.tensor(train, dtype=torch.float32), leaves, min_instances_slice=100,
                          partitioning_args={"threshold": 0.3})
 
-    fit_s, fit_all, model = timed(fit, repeats)
+    fit_s, fit_all, model = median_time(fit, repeats)
     with torch.no_grad():
         def loglik(x):
             return model.log_likelihood(torch.tensor(x, dtype=torch.float32)).reshape(-1).numpy()
         test_ll = float(loglik(test).mean())
         big = np.tile(test, (EVAL_ROWS // len(test) + 1, 1))[:EVAL_ROWS]
-        eval_s, _, _ = timed(lambda: loglik(big), repeats)
+        eval_s, _, _ = median_time(lambda: loglik(big), repeats)
     return {"learn_seconds": fit_s, "learn_seconds_all": fit_all, "test_loglik": test_ll,
             "eval_rows_per_s": EVAL_ROWS / eval_s}
 
@@ -94,11 +83,7 @@ def main() -> None:
     report["targets_met"] = {"learn_20x": report["learn_speedup"] >= 20,
                              "loglik_at_least_spflow": report["loglik_difference"] >= 0,
                              "eval_10x": max(report["eval_speedup"], report["eval_speedup_float32"]) >= 10}
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

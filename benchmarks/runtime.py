@@ -9,14 +9,13 @@ at over 1 GB/s, close to a memory copy. Medians of ``--repeats`` runs; the machi
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import tempfile
 import time
 
 import numpy as np
 
+from common import emit, median_time  # noqa: E402  (benchmarks/common.py)
 from fedpgm.data import load_dataset, partition
 from fedpgm.federation import InProcessFederation, Message, decode, encode
 from fedpgm.federation.deploy import LoopbackDeployment
@@ -25,22 +24,13 @@ from fedpgm.federation.diagnostics import roundtrip_benchmark
 SIZES = [1_000, 1_000_000, 50_000_000]
 
 
-def median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def codec(repeats: int) -> dict:
     x = np.random.default_rng(0).normal(size=50_000_000 // 8)
     msg = Message("bench", {"x": x})
     data = encode(msg)
-    t_copy = median_time(lambda: x.copy(), repeats)
-    t_enc = median_time(lambda: encode(msg), repeats)
-    t_dec = median_time(lambda: decode(data), repeats)
+    t_copy = median_time(lambda: x.copy(), repeats)[0]
+    t_enc = median_time(lambda: encode(msg), repeats)[0]
+    t_dec = median_time(lambda: decode(data), repeats)[0]
     gb = x.nbytes / 1e9
     return {"bytes": x.nbytes, "encode_gb_per_s": gb / t_enc, "decode_gb_per_s": gb / t_dec,
             "memcpy_gb_per_s": gb / t_copy, "encode_vs_memcpy": t_copy / t_enc,
@@ -71,11 +61,7 @@ def main() -> None:
                               {"sizes": SIZES, "repeats": args.repeats}, timeout=580)
                 res["run_wall_s"] = time.perf_counter() - t0
                 report["backends"]["flower-loopback"] = res
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(report, args.out)
 
 
 if __name__ == "__main__":

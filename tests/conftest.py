@@ -17,3 +17,20 @@ def data_dir() -> Path:
     if d is None or not (d / "adult").is_dir():
         pytest.skip("../shared/data (or $FEDPGM_DATA) is absent: real-dataset tests skipped")
     return d
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the ``fedpgm`` CLI in-process: ``code, out, err = cli("datasets")``."""
+    from fedpgm.cli import main
+
+    def run(*args):
+        code = 0
+        try:
+            main([str(a) for a in args])
+        except SystemExit as e:
+            code = e.code or 0
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -6,22 +6,12 @@ import sys
 
 import pytest
 
-from fedpgm.cli import main
 
 
-def run(capsys, *args):
-    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def test_datasets_lists_every_loader(capsys):
-    code, out, _ = run(capsys, "datasets")
+def test_datasets_lists_every_loader(cli):
+    code, out, _ = cli("datasets")
     assert code == 0
     for name in ("breast_cancer", "digits", "wine", "adult", "credit", "debd:", "csv:", "bn:asia",
                  "bn:alarm", "synthetic:gmm", "synthetic:mixed"):
@@ -29,9 +19,9 @@ def test_datasets_lists_every_loader(capsys):
     assert "569" in out  # breast cancer rows
 
 
-def test_partition_writes_manifest_and_csvs(capsys, tmp_path):
+def test_partition_writes_manifest_and_csvs(cli, tmp_path):
     out_dir = tmp_path / "wine"
-    code, out, err = run(capsys, "partition", "wine", "--split", "horizontal", "--clients", "3",
+    code, out, err = cli("partition", "wine", "--split", "horizontal", "--clients", "3",
                          "--scheme", "dirichlet", "--alpha", "1.0", "--seed", "2", "--out", str(out_dir))
     assert code == 0, err
     man = json.loads((out_dir / "manifest.json").read_text())
@@ -42,10 +32,10 @@ def test_partition_writes_manifest_and_csvs(capsys, tmp_path):
         "client-2.test.csv"]
 
 
-def test_schema_command_infers_and_writes(capsys, tmp_path):
+def test_schema_command_infers_and_writes(cli, tmp_path):
     csv = tmp_path / "t.csv"
     csv.write_text("age,smoker,y\n30,yes,0\n41,no,1\n52,no,1\n")
-    code, out, _ = run(capsys, "schema", f"csv:{csv}", "--label", "y", "--out", str(tmp_path / "s.json"))
+    code, out, _ = cli("schema", f"csv:{csv}", "--label", "y", "--out", str(tmp_path / "s.json"))
     assert code == 0 and "smoker" in out and "binary" in out
     assert json.loads((tmp_path / "s.json").read_text())["label"] == "y"
 
@@ -82,10 +72,10 @@ def bad_csvs(tmp_path):
     (["partition", "adult", "--data-dir", "{d}", "--split", "vertical", "--clients", "2"],
      "needs the file"),
 ])
-def test_bad_input_is_one_line_exit_2_nothing_written(capsys, bad_csvs, args, message):
+def test_bad_input_is_one_line_exit_2_nothing_written(cli, bad_csvs, args, message):
     out_dir = bad_csvs / "out"
     args = [a.format(d=bad_csvs) for a in args] + ["--out", str(out_dir)]
-    code, _, err = run(capsys, *args)
+    code, _, err = cli(*args)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
@@ -104,7 +94,7 @@ def test_console_script_exit_code(tmp_path):
     assert res.returncode == 2  # typer's own usage error: missing --clients
 
 
-def test_demo_runs(capsys):
-    code, out, _ = run(capsys, "demo")
+def test_demo_runs(cli):
+    code, out, _ = cli("demo")
     assert code == 0
     assert "horizontal partition, 5 clients" in out and "hybrid partition, 2 clients" in out

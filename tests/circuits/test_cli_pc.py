@@ -2,21 +2,12 @@ import json
 
 import pytest
 
-from fedpgm.cli import main
 
 
-def run(capsys, *args):
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def test_pc_fit_report_save_and_query(capsys, tmp_path):
-    code, out, err = run(capsys, "pc", "fit", "synthetic:mixed", "--rows", "1500", "--out",
+def test_pc_fit_report_save_and_query(cli, tmp_path):
+    code, out, err = cli("pc", "fit", "synthetic:mixed", "--rows", "1500", "--out",
                          str(tmp_path / "m"), "--json", str(tmp_path / "r.json"))
     assert code == 0, err
     report = json.loads((tmp_path / "r.json").read_text())
@@ -26,12 +17,12 @@ def test_pc_fit_report_save_and_query(capsys, tmp_path):
     assert report["n_train"] == 1200 and report["n_features"] == 9 and report["test_loglik"] < 0
     ev = tmp_path / "ev.csv"
     ev.write_text("c0,k0,y\n0.5,a,\n-1.0,,1\n")
-    code, out, _ = run(capsys, "pc", "query", str(tmp_path / "m"), "--evidence", str(ev), "--target", "y")
+    code, out, _ = cli("pc", "query", str(tmp_path / "m"), "--evidence", str(ev), "--target", "y")
     lines = out.strip().splitlines()
     assert code == 0 and lines[0] == "row_id,p(y=0),p(y=1)" and len(lines) == 3
     p = [float(v) for v in lines[1].split(",")[1:]]
     assert abs(sum(p) - 1) < 1e-9
-    code, out, _ = run(capsys, "pc", "query", str(tmp_path / "m"), "--evidence", str(ev), "--mpe")
+    code, out, _ = cli("pc", "query", str(tmp_path / "m"), "--evidence", str(ev), "--mpe")
     assert code == 0 and out.splitlines()[1].startswith("0,0.5,")
 
 
@@ -41,20 +32,20 @@ def test_pc_fit_report_save_and_query(capsys, tmp_path):
     (["pc", "fit", "wine", "--threshold", "3"], "threshold must lie in"),
     (["pc", "fit", "wine", "--leaf", "beta"], "continuous leaf must be"),
 ])
-def test_pc_fit_bad_input(capsys, tmp_path, args, message):
-    code, _, err = run(capsys, *args, "--out", str(tmp_path / "m"))
+def test_pc_fit_bad_input(cli, tmp_path, args, message):
+    code, _, err = cli(*args, "--out", str(tmp_path / "m"))
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "m").exists()
 
 
-def test_pc_query_bad_input(capsys, tmp_path):
-    run(capsys, "pc", "fit", "wine", "--out", str(tmp_path / "m"))
+def test_pc_query_bad_input(cli, tmp_path):
+    cli("pc", "fit", "wine", "--out", str(tmp_path / "m"))
     ev = tmp_path / "ev.csv"
     ev.write_text("alcohol,target\n13.0,7\n")
-    code, _, err = run(capsys, "pc", "query", str(tmp_path / "m"), "--evidence", str(ev))
+    code, _, err = cli("pc", "query", str(tmp_path / "m"), "--evidence", str(ev))
     assert code == 2 and "holds '7', not one of its categories" in err
     ev.write_text("nope\n1\n")
-    code, _, err = run(capsys, "pc", "query", str(tmp_path / "m"), "--evidence", str(ev))
+    code, _, err = cli("pc", "query", str(tmp_path / "m"), "--evidence", str(ev))
     assert code == 2 and "unknown column" in err
-    code, _, err = run(capsys, "pc", "query", str(tmp_path / "nomodel"), "--evidence", str(ev))
+    code, _, err = cli("pc", "query", str(tmp_path / "nomodel"), "--evidence", str(ev))
     assert code == 2 and "has no structure.json" in err

@@ -31,7 +31,7 @@ def test_split_is_reproducible_by_seed():
 def test_test_size_option_and_bad_value():
     ds = load_dataset("breast_cancer", test_size=0.5)
     assert abs(len(ds.test) - 569 / 2) <= 1
-    with pytest.raises(FedpgmError, match="test_size must be a fraction in \(0, 1\) or a row count"):
+    with pytest.raises(FedpgmError, match=r"test_size must be a fraction in \(0, 1\) or a row count"):
         load_dataset("breast_cancer", test_size=1.5)
 
 

@@ -11,9 +11,6 @@ decomposability); a crafted or corrupt file fails with one clear ``FedpgmError``
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +21,7 @@ from fedpgm.circuits.leaves import LEAF_TYPES
 from fedpgm.circuits.structure import Circuit, Leaf, Product, Sum
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
+from fedpgm.files import atomic_folder
 
 FORMAT = "fedpgm-circuit/1"
 STRUCTURE, PARAMS = "structure.json", "params.safetensors"
@@ -48,17 +46,9 @@ def save_circuit(circuit: Circuit, folder: str | Path, meta: dict | None = None)
             nodes.append({"type": "product", "children": node.children})
     tensors = {k: np.concatenate(v).astype(np.float64) if v else np.zeros(0) for k, v in packs.items()}
     doc = {"format": FORMAT, "schema": circuit.schema.to_dict(), "nodes": nodes, "meta": meta or {}}
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
-    try:
+    with atomic_folder(folder) as tmp:
         (tmp / STRUCTURE).write_text(json.dumps(doc, separators=(",", ":")))
         save_file(tensors, str(tmp / PARAMS))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return folder
 
 

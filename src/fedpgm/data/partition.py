@@ -16,9 +16,6 @@ reproducible by its seed, and each ``ClientData`` holds only that client's rows 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -30,6 +27,7 @@ from fedpgm.data.dataset import Dataset
 from fedpgm.data.loaders import read_csv_file
 from fedpgm.data.schema import ROW_ID, Schema, infer_schema
 from fedpgm.errors import FedpgmError
+from fedpgm.files import atomic_folder
 
 MANIFEST = "manifest.json"
 FORMAT = "fedpgm-partition/1"
@@ -114,9 +112,7 @@ class Partition:
         out = Path(out)
         if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
             raise FedpgmError(f"{out} already exists and is not empty; choose a new --out or pass --force")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-        try:
+        with atomic_folder(out) as tmp:
             files = {}
             for c in self.clients:
                 files[c.client_id] = {"train_file": f"{c.client_id}.csv"}
@@ -125,12 +121,6 @@ class Partition:
                     files[c.client_id]["test_file"] = f"{c.client_id}.test.csv"
                     write_client_csv(c.test, c.schema, tmp / f"{c.client_id}.test.csv")
             (tmp / MANIFEST).write_text(json.dumps(self.manifest(files), indent=1) + "\n")
-            if out.exists():
-                shutil.rmtree(out)
-            os.replace(tmp, out)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
         return out
 
 
