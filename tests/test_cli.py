@@ -7,9 +7,6 @@ import sys
 import pytest
 
 
-
-
-
 def test_datasets_lists_every_loader(cli):
     code, out, _ = cli("datasets")
     assert code == 0

@@ -3,9 +3,6 @@ import json
 import pytest
 
 
-
-
-
 def test_pc_fit_report_save_and_query(cli, tmp_path):
     code, out, err = cli("pc", "fit", "synthetic:mixed", "--rows", "1500", "--out",
                          str(tmp_path / "m"), "--json", str(tmp_path / "r.json"))
