@@ -325,8 +325,8 @@ def dec_example_a(
         write_outputs(rows, json_out)
         return
     result = ex.example_a_point(r, n)
-    if n <= 4:  # Table I's mutual informations by independent enumeration
-        result["conditional_mi_nats"] = conditional_mutual_informations(ex.example_a(r, n))
+    if n <= 4:  # the same mutual informations by independent enumeration of sequences
+        result["conditional_mi_nats_enumeration"] = conditional_mutual_informations(ex.example_a(r, n))
     report_losses(result, bits)
     write_outputs(result, json_out)
 
@@ -355,8 +355,8 @@ def dec_example_b(
         write_outputs(rows, json_out)
         return
     result = ex.example_b_point(r, eps, n)
-    if n <= 2:  # enumeration of every sequence: 16^(N+1) terms
-        result["conditional_mi_nats_no_privacy"] = conditional_mutual_informations(ex.example_b(r, n))
+    if n <= 2:  # the same mutual informations by enumeration of every sequence: 16^(N+1) terms
+        result["conditional_mi_nats_enumeration"] = conditional_mutual_informations(ex.example_b(r, n))
     console.print(f"optimal noise s: {result['s']}")
     report_losses(result, bits)
     write_outputs(result, json_out)

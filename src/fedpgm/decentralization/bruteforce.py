@@ -59,25 +59,9 @@ def entropy(model: DiscreteModel, pz: np.ndarray, gz: np.ndarray, train_view: np
     return float(h)
 
 
-TABLE_I = {"CL/DI-CL/CI": (("full", "local"), ("full", "full")),
-           "DL/CI-CL/CI": (("local", "full"), ("full", "full")),
-           "DL/DI-CL/CI": (("local", "local"), ("full", "full")),
-           "DL/DI-CL/DI": (("local", "local"), ("full", "local")),
-           "DL/DI-DL/CI": (("local", "local"), ("local", "full"))}
 
+def conditional_mutual_informations(model: DiscreteModel) -> dict:
+    """Table I's conditional mutual informations per agent, every entropy by enumeration."""
+    from fedpgm.decentralization import engine
 
-def conditional_mutual_informations(model: DiscreteModel, k: int = 0) -> dict:
-    """Table I's conditional mutual informations for agent k without privacy (X^ = X), e.g.
-    I(Y; X_-k, D_-k | X_k, D_k) = H(Y | X_k, D_k) - H(Y | X, D), each entropy by enumeration."""
-    from fedpgm.decentralization.engine import states, view_index
-    from fedpgm.decentralization.model import identity_channel
-
-    pz, zs, gz = states(model, identity_channel(model.joint.shape))
-    cache: dict = {}
-
-    def h(views):
-        if views not in cache:
-            cache[views] = entropy(model, pz, gz, view_index(zs, views[0], k), view_index(zs, views[1], k))
-        return cache[views]
-
-    return {name: h(less) - h(more) for name, (less, more) in TABLE_I.items()}
+    return engine.conditional_mutual_informations(model, entropy=entropy)

@@ -191,3 +191,35 @@ def leakage(model: DiscreteModel, channel: Channel) -> list[float]:
             h_given_rest = -np.nansum(np.where(rest > 0, rest * np.log(rest / p_rest[..., None]), 0.0))
         out.append(float(max(h_given_rest - h_given_x, 0.0)))
     return out
+
+
+# Table I (no privacy): cost name -> (conditioning views without, with the extra information),
+# each as (training view, test view) kinds; I(Y; A | B) = H(Y | B) - H(Y | A, B).
+TABLE_I = {"CL/DI-CL/CI": (("full", "local"), ("full", "full")),
+           "DL/CI-CL/CI": (("local", "full"), ("full", "full")),
+           "DL/DI-CL/CI": (("local", "local"), ("full", "full")),
+           "DL/DI-CL/DI": (("local", "local"), ("full", "local")),
+           "DL/DI-DL/CI": (("local", "local"), ("local", "full"))}
+
+
+def conditional_mutual_informations(model: DiscreteModel, entropy=None) -> dict:
+    """Table I's conditional mutual informations without privacy, per agent (nats), e.g.
+    I(Y; X_-k, D_-k | X_k, D_k) = H(Y | X_k, D_k) - H(Y | X, D). ``entropy`` defaults to this
+    engine; ``bruteforce.entropy`` gives the independent enumeration."""
+    from fedpgm.decentralization.model import identity_channel
+
+    entropy = entropy or conditional_entropy
+    pz, zs, gz = states(model, identity_channel(model.joint.shape))
+    out = {name: [] for name in TABLE_I}
+    for k in range(model.k):
+        cache: dict = {}
+
+        def h(views):
+            if views not in cache:
+                cache[views] = entropy(model, pz, gz, view_index(zs, views[0], k),
+                                       view_index(zs, views[1], k))
+            return cache[views]
+
+        for name, (less, more) in TABLE_I.items():
+            out[name].append(h(less) - h(more))
+    return out

@@ -17,7 +17,7 @@ import math
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 
-from fedpgm.decentralization.engine import SCHEMES, leakage, losses
+from fedpgm.decentralization.engine import SCHEMES, conditional_mutual_informations, leakage, losses
 from fedpgm.decentralization.model import (Channel, DiscreteModel, binary_entropy, identity_channel,
                                            xor_channel)
 from fedpgm.errors import FedpgmError
@@ -75,6 +75,7 @@ def example_a_point(r: float, n: int = 3) -> dict:
     model = example_a(r, n)
     out = {"r": r, "n": n, "mi_bits": mutual_information_bits(r)}
     out.update(point(model, identity_channel(model.joint.shape)))
+    out["conditional_mi_nats"] = conditional_mutual_informations(model)  # per agent
     return out
 
 
@@ -121,7 +122,8 @@ def example_b_point(r: float, eps_bits: float, n: int = 3, grid: int = 11) -> di
     return {"r": r, "n": n, "mi_bits": mutual_information_bits(r), "eps_bits": eps_bits,
             "noiseless_leakage_bits": noiseless, "s_min_feasible": float(s_min), "s": opt,
             "leakage_bits_at_s": {k: max_leakage_bits(model, s) for k, s in opt.items()},
-            "losses_nats": flat, "costs_nats": costs(flat)}
+            "losses_nats": flat, "costs_nats": costs(flat),
+            "conditional_mi_nats": conditional_mutual_informations(model)}  # per agent, no privacy
 
 
 def to_bits(values: dict) -> dict:
