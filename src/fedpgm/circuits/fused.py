@@ -70,6 +70,8 @@ class LinearFrontier:
         self.cont_t, self.disc_t = cc.tensor(self.cont, torch.long), cc.tensor(self.disc, torch.long)
         self.center_t = cc.tensor([self.center.get(v, 0.0) for v in self.cont])
         self.scale_t = cc.tensor([self.scale.get(v, 1.0) for v in self.cont])
+        self.inv_scale_t = 1.0 / self.scale_t
+        self.shift_t = -self.center_t * self.inv_scale_t
         self.coef = {mode: self.coefficients(cc, nodes, mode) for mode in ("sum", "max")}
         self.all_continuous = self.cont == list(range(len(schema)))
         ones = torch.ones(len(self.cont), 1, dtype=cc.dtype, device=cc.device)
@@ -150,9 +152,9 @@ class LinearFrontier:
 
         if self.cont:
             xc = x if self.all_continuous else x[:, self.cont_t]  # (rows, Vc)
-            z = (xc - self.center_t) / self.scale_t
-            missing = torch.isnan(z)
-            if missing.any():
+            z = torch.addcmul(self.shift_t, xc, self.inv_scale_t)  # (x - center) / scale
+            if not torch.isfinite(z.sum()):  # one reduction instead of a mask when nothing is missing
+                missing = torch.isnan(z)
                 z = torch.where(missing, 0.0, z)
                 add("obs", (~missing).to(cc.dtype))
                 add("miss", missing.to(cc.dtype))

@@ -21,7 +21,7 @@ def check_evidence(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
     if X.ndim != 2 or X.shape[1] != cc.n_vars:
         raise FedpgmError(f"queries need a table with {cc.n_vars} columns (one per variable: "
                           f"{cc.circuit.schema.names}), got shape {X.shape}")
-    if np.isinf(X).any():
+    if not np.isfinite(X.sum()) and np.isinf(X).any():  # (one pass when all is finite)
         j = int(np.flatnonzero(np.isinf(X).any(axis=0))[0])
         raise FedpgmError(f"evidence for '{cc.circuit.schema.features[j].name}' is infinite; "
                           "use NaN for unobserved")
@@ -39,9 +39,15 @@ def check_evidence(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
     return X
 
 
-def chunks(cc: CompiledCircuit, n: int):
-    widest = max((len(layer.child) for layer in cc.layers), default=0)
-    step = max(1, MAX_CELLS // max(cc.n_nodes + widest, 1))
+def chunks(cc: CompiledCircuit, n: int, fused: bool = False):
+    """Row slices so that about MAX_CELLS values are live at a time (fewer nodes when fused)."""
+    if fused:
+        fz, layers, groups = cc.fusion()
+        live = len(fz.frontier) + sum(l.end - l.start for l in layers) + sum(g.end - g.start for g in groups)
+    else:
+        layers, live = cc.layers, cc.n_nodes
+    widest = max((len(layer.child) for layer in layers), default=0)
+    step = max(1, MAX_CELLS // max(live + widest, 1))
     for lo in range(0, n, step):
         yield slice(lo, min(n, lo + step))
 
@@ -49,9 +55,10 @@ def chunks(cc: CompiledCircuit, n: int):
 def log_likelihood(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
     """(rows,) log p(observed values) in nats; NaN columns are marginalised."""
     X = check_evidence(cc, X)
+    x = cc.tensor(X)  # one conversion; chunks below are views
     out = np.empty(len(X))
-    for s in chunks(cc, len(X)):
-        out[s] = cc.log_likelihood(cc.tensor(X[s])).cpu().numpy()
+    for s in chunks(cc, len(X), fused=True):
+        out[s] = cc.log_likelihood(x[s]).cpu().numpy()
     return out
 
 
