@@ -303,6 +303,19 @@ def write_outputs(payload, json_out: Path | None) -> None:
         console.print(f"wrote {json_out}")
 
 
+def report_curve(rows: list[dict], x_key: str, x_label: str, title: str, bits: bool,
+                 plot: Path | None, json_out: Path | None) -> None:
+    """Print one line per point, then write the plot and the JSON when asked."""
+    from fedpgm.decentralization.examples import plot_curve
+
+    for row in rows:
+        console.print(f"{x_label} = {row[x_key]:.3f}:", end=" ")
+        report_losses(row, bits)
+    if plot is not None:
+        plot_curve(rows, x_key, x_label, plot, title)
+    write_outputs(rows, json_out)
+
+
 @dec_app.command("example-a")
 def dec_example_a(
     r: Annotated[float, typer.Option(help="P[X1 = X2]")] = 0.75,
@@ -316,13 +329,8 @@ def dec_example_a(
     from fedpgm.decentralization.bruteforce import conditional_mutual_informations
 
     if curve:
-        rows = ex.example_a_curve(n)
-        for row in rows:
-            console.print(f"I(X1;X2) = {row['mi_bits']:.3f} bits:", end=" ")
-            report_losses(row, bits)
-        if plot is not None:
-            ex.plot_curve(rows, "mi_bits", "I(X1; X2) (bits)", plot, f"Example A, N = {n}, no privacy")
-        write_outputs(rows, json_out)
+        report_curve(ex.example_a_curve(n), "mi_bits", "I(X1; X2) (bits)",
+                     f"Example A, N = {n}, no privacy", bits, plot, json_out)
         return
     result = ex.example_a_point(r, n)
     if n <= 4:  # the same mutual informations by independent enumeration of sequences
@@ -345,14 +353,8 @@ def dec_example_b(
     from fedpgm.decentralization.bruteforce import conditional_mutual_informations
 
     if curve:
-        rows = ex.example_b_curve(r, n)
-        for row in rows:
-            console.print(f"eps = {row['eps_bits']:.2f} bits:", end=" ")
-            report_losses(row, bits)
-        if plot is not None:
-            ex.plot_curve(rows, "eps_bits", "privacy budget eps (bits)", plot,
-                          f"Example B, r = {r}, N = {n}")
-        write_outputs(rows, json_out)
+        report_curve(ex.example_b_curve(r, n), "eps_bits", "privacy budget eps (bits)",
+                     f"Example B, r = {r}, N = {n}", bits, plot, json_out)
         return
     result = ex.example_b_point(r, eps, n)
     if n <= 2:  # the same mutual informations by enumeration of every sequence: 16^(N+1) terms

@@ -8,6 +8,8 @@ no schema, every column is continuous. Fitted attributes end in ``_``: ``circuit
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 import pandas as pd
 import torch
@@ -36,7 +38,7 @@ def as_matrix(X, schema: Schema) -> np.ndarray:
     return X
 
 
-class CircuitEstimator:
+class CircuitEstimator(ABC):
     """Shared query API; subclasses implement ``_learn(schema, X) -> Circuit``."""
 
     _params: tuple[str, ...] = ()
@@ -71,8 +73,9 @@ class CircuitEstimator:
             raise FedpgmError(f"precision must be 'float64' or 'float32', got {self.precision!r}")
         return CompiledCircuit(circuit, dtype=dtypes[self.precision])
 
+    @abstractmethod
     def _learn(self, schema: Schema, X: np.ndarray) -> Circuit:
-        raise NotImplementedError
+        """Learn a circuit over ``schema`` from X (rows, variables)."""
 
     def _check(self) -> CompiledCircuit:
         if not hasattr(self, "compiled_"):
@@ -114,7 +117,8 @@ class CircuitEstimator:
     def load(cls, folder) -> "CircuitEstimator":
         circuit, meta = load_circuit(folder)
         by_name = {c.__name__: c for c in ESTIMATORS.values()}
-        model = by_name.get(meta.get("estimator"), cls)()  # the class that saved it
+        default = cls if cls is not CircuitEstimator else LearnSPN  # any class can answer queries
+        model = by_name.get(meta.get("estimator"), default)()  # the class that saved it
         model.set_params(**{k: v for k, v in meta.get("params", {}).items() if k in cls._params})
         model.schema_, model.circuit_ = circuit.schema, circuit
         model.compiled_ = model._compile(circuit)

@@ -22,6 +22,7 @@ The histogram leaf (Mixed SPNs' piecewise-constant density) is mixed with a Gaus
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import numpy as np
 import torch
@@ -34,51 +35,59 @@ ALPHA = 0.1  # Laplace smoothing (pseudo-count per state or bin)
 HIST_EPS = 1e-3
 
 
-class LeafType:
+class LeafType(ABC):
     """Interface of a leaf type; subclasses are registered in ``LEAF_TYPES``."""
 
     name: str = ""
     kinds: tuple[str, ...] = ()
 
     @staticmethod
+    @abstractmethod
     def fit(x: np.ndarray, w: np.ndarray, cardinality: int) -> dict[str, np.ndarray]:
         """Weighted maximum-likelihood (smoothed) parameters from observed values ``x``."""
-        raise NotImplementedError
+        ...
 
     @staticmethod
+    @abstractmethod
     def stats(x: np.ndarray, w: np.ndarray, params: dict) -> np.ndarray:
         """Weighted sufficient statistics of observed values (what EM accumulates)."""
-        raise NotImplementedError
+        ...
 
     @staticmethod
+    @abstractmethod
     def from_stats(stats: np.ndarray, params: dict) -> dict[str, np.ndarray]:
         """New parameters from (accumulated) sufficient statistics."""
-        raise NotImplementedError
+        ...
 
     @staticmethod
+    @abstractmethod
     def stack(params: list[dict]) -> dict[str, torch.Tensor]:
         """Parameters of L leaves as tensors with leading dimension L."""
-        raise NotImplementedError
+        ...
 
     @staticmethod
+    @abstractmethod
     def log_prob(x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
         """(rows, L) values -> (rows, L) log-densities (NaN not handled here)."""
-        raise NotImplementedError
+        ...
 
     @staticmethod
+    @abstractmethod
     def mode(p: dict[str, torch.Tensor]) -> torch.Tensor:
         """(L,) most probable values."""
-        raise NotImplementedError
+        ...
 
     @staticmethod
+    @abstractmethod
     def sample(p: dict[str, torch.Tensor], rows: int, gen: torch.Generator) -> torch.Tensor:
         """(rows, L) independent draws of every leaf."""
-        raise NotImplementedError
+        ...
 
     @staticmethod
+    @abstractmethod
     def check(params: dict[str, np.ndarray]) -> None:
         """Raise ValueError if the parameters are not a valid distribution."""
-        raise NotImplementedError
+        ...
 
 
 LEAF_TYPES: dict[str, type[LeafType]] = {}
