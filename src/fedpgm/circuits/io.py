@@ -27,10 +27,9 @@ FORMAT = "fedpgm-circuit/1"
 STRUCTURE, PARAMS = "structure.json", "params.safetensors"
 
 
-def save_circuit(circuit: Circuit, folder: str | Path, meta: dict | None = None) -> Path:
-    """Write the two files into ``folder`` (replaced atomically if it exists)."""
+def to_payload(circuit: Circuit, meta: dict | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """The structure document and the packed parameter arrays (what files and messages carry)."""
     circuit.validate()
-    folder = Path(folder)
     nodes, packs = [], {"sum_weights": []}
     for node in circuit.nodes:
         if isinstance(node, Leaf):
@@ -46,6 +45,13 @@ def save_circuit(circuit: Circuit, folder: str | Path, meta: dict | None = None)
             nodes.append({"type": "product", "children": node.children})
     tensors = {k: np.concatenate(v).astype(np.float64) if v else np.zeros(0) for k, v in packs.items()}
     doc = {"format": FORMAT, "schema": circuit.schema.to_dict(), "nodes": nodes, "meta": meta or {}}
+    return doc, tensors
+
+
+def save_circuit(circuit: Circuit, folder: str | Path, meta: dict | None = None) -> Path:
+    """Write the two files into ``folder`` (replaced atomically if it exists)."""
+    doc, tensors = to_payload(circuit, meta)
+    folder = Path(folder)
     with atomic_folder(folder) as tmp:
         (tmp / STRUCTURE).write_text(json.dumps(doc, separators=(",", ":")))
         save_file(tensors, str(tmp / PARAMS))
@@ -67,6 +73,11 @@ def load_circuit(folder: str | Path) -> tuple[Circuit, dict]:
         tensors = load_file(str(folder / PARAMS))
     except (SafetensorError, OSError, ValueError) as e:
         raise FedpgmError(f"{where}: {PARAMS} is not a valid safetensors file ({e})") from None
+    return from_payload(doc, tensors, where)
+
+
+def from_payload(doc, tensors: dict[str, np.ndarray], where: str = "circuit") -> tuple[Circuit, dict]:
+    """Rebuild a circuit from ``to_payload``'s output, checking everything (see module doc)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise FedpgmError(f"{where}: not a {FORMAT} file")
     try:
