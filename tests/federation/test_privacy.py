@@ -65,3 +65,20 @@ def test_reference_algorithm_refuses_to_reveal_a_single_row():
         # without the guard, the one-row "mean" is the raw row, and the audit catches it
         with pytest.raises(PrivacyViolation, match="client 'client-0'.*contains row"):
             fed.send("client-0", "moments", config={"columns": tiny.columns, "min_rows": 1})
+
+
+def test_low_entropy_discrete_rows_are_not_patterns_but_wide_ones_are():
+    asia = load_dataset("bn:asia", rows=400, seed=0)
+    small = partition(asia, "vertical", 2, seed=0)  # 4-5 binary columns: < 2^16 possible rows
+    audit = PrivacyAudit(small)
+    row = small["client-0"].train.iloc[0].to_numpy()
+    audit.check("client-0", Message("m", config={"children": [*row.tolist(), 7]}))
+    rng = np.random.default_rng(0)
+    import pandas as pd
+    from fedpgm.data.partition import ClientData
+    from fedpgm.data.schema import Feature, Schema
+    schema = Schema(tuple(Feature(f"b{i}", "binary", ("0", "1")) for i in range(20)))
+    table = pd.DataFrame(rng.integers(0, 2, (50, 20)).astype(float), columns=schema.names)
+    client = ClientData("c", schema, table)
+    with pytest.raises(PrivacyViolation, match="row"):
+        PrivacyAudit([client]).check("c", Message("m", {"x": table.iloc[3].to_numpy()}))

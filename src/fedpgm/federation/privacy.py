@@ -10,7 +10,9 @@ array, or the numbers anywhere in its config, contain as a contiguous run
 Values are compared at float32 precision, so a float32 copy of float64 data is caught too.
 The search is vectorised: sliding-window dot products with random weights (one convolution)
 find candidates, which are then confirmed exactly. Rows with missing values are not searched
-for; discrete columns are left to the row rule (runs of small integer codes are in any model).
+for, nor rows of a client whose columns allow fewer than 2^16 distinct rows (a row of five
+binary codes is a pattern of small integers found in any circuit structure, and identifies no
+one); discrete columns are left to the row rule (runs of small integer codes are in any model).
 Every algorithm's tests run with this audit on.
 """
 
@@ -23,6 +25,19 @@ import pandas as pd
 
 from fedpgm.data.partition import ClientData, Partition
 from fedpgm.federation.codec import Message
+
+
+MIN_ROW_BITS = 16.0  # rows with fewer possible values than 2^16 identify no one
+
+
+def row_bits(client: ClientData) -> float:
+    """log2 of the number of possible rows (infinite with a continuous column)."""
+    bits = 0.0
+    for f in client.schema.features:
+        if not f.discrete:
+            return float("inf")
+        bits += float(np.log2(max(f.cardinality, 1)))
+    return bits
 
 
 class PrivacyViolation(AssertionError):
@@ -90,7 +105,7 @@ class PrivacyAudit:
         for c in clients:
             table = pd.concat([f for f in (c.train, c.test) if f is not None])
             values = table.to_numpy(dtype=float)
-            if values.shape[1] >= 2:
+            if values.shape[1] >= 2 and row_bits(c) >= MIN_ROW_BITS:
                 complete = values[~np.isnan(values).any(axis=1)]
                 ids = table.index[~np.isnan(values).any(axis=1)]
                 self.rows[c.client_id] = Patterns(complete, [f"row {i}" for i in ids])
