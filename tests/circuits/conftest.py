@@ -5,7 +5,6 @@ import itertools
 import numpy as np
 import pytest
 
-from fedpgm.circuits.leaves import LEAF_TYPES
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Feature, Schema
 
