@@ -3,28 +3,23 @@ import itertools
 import numpy as np
 import pytest
 
-from fedpgm.circuits import CompiledCircuit
 from fedpgm.circuits.estimator import LearnSPN
-from fedpgm.circuits.queries import log_likelihood
 from fedpgm.data import load_dataset, partition
+from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.federation import ClientFailed, InProcessFederation, PrivacyAudit
-from fedpgm.fedpc import fit_fedpc
+from fedpgm.federation import InProcessFederation, PrivacyAudit
+from fedpgm.federation.base import ClientFailure
+from fedpgm.fedpc import FedPC, fit_fedpc
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 
 
-def run(part, **kw):
+def run(part, **kw) -> FedPC:
     audit = PrivacyAudit(part)
     with InProcessFederation(part, HANDLERS, mode="sequential", audit=audit) as fed:
-        out = fit_fedpc(fed, **kw)
+        model = fit_fedpc(fed, **kw)
     assert audit.checked > 0
-    return out
-
-
-def score(result, frame):
-    schema = result["schema"]
-    return log_likelihood(CompiledCircuit(result["circuit"]), frame[schema.names].to_numpy())
+    return model
 
 
 @pytest.fixture(scope="module")
@@ -34,62 +29,157 @@ def mixed():
 
 def test_horizontal_one_client_equals_the_local_circuit(mixed):
     part = partition(mixed, "horizontal", 1, seed=0)
-    out = run(part, clusters=1, seed=3)
+    model = run(part, clusters=1, seed=3)
     local = LearnSPN(100, 0.3, seed=3).fit(mixed.train, mixed.schema)
-    np.testing.assert_allclose(score(out, mixed.test), local.log_likelihood(mixed.test), rtol=1e-10)
+    np.testing.assert_allclose(model.log_likelihood(mixed.test), local.log_likelihood(mixed.test), rtol=1e-10)
 
 
-def test_horizontal_close_to_centralized(mixed):
+def test_horizontal_is_the_size_weighted_mixture_of_client_circuits(mixed):
     part = partition(mixed, "horizontal", 3, seed=1)
-    out = run(part, clusters=2)
-    out["circuit"].validate()
+    model = run(part, clusters=2, seed=4)
+    model.circuit.validate()
+    local = [LearnSPN(100, 0.3, seed=4).fit(c.train, c.schema).log_likelihood(mixed.test) for c in part.clients]
+    n = np.array([len(c.train) for c in part.clients], float)
+    expected = np.logaddexp.reduce(np.stack(local) + np.log(n / n.sum())[:, None], axis=0)
+    np.testing.assert_allclose(model.log_likelihood(mixed.test), expected, rtol=1e-10)
     central = LearnSPN().fit(mixed.train, mixed.schema).score(mixed.test)
-    assert score(out, mixed.test).mean() > central - 0.5
-    assert out["communication"]["bytes_up"] > 0 and out["communication"]["rounds"] == 2
+    assert model.score(mixed.test) > central - 0.5
+    comm = model.info["communication"]
+    assert comm["bytes_up"] > 0 and comm["rounds"] == 2
+    assert model.info["critical_path_seconds"] <= sum(model.info["client_seconds"].values()) + 1
 
 
 def test_vertical_with_one_cluster_is_the_product_of_the_local_circuits(mixed):
     part = partition(mixed, "vertical", 2, seed=1)
-    out = run(part, clusters=1, seed=2)
+    model = run(part, clusters=1, seed=2)
     expected = sum(LearnSPN(100, 0.3, seed=2).fit(c.train, c.schema).log_likelihood(mixed.test[c.columns])
                    for c in part.clients)
-    np.testing.assert_allclose(score(out, mixed.test), expected, rtol=1e-10)
-    assert [s["clients"] for s in out["subspaces"]] == [["client-0"], ["client-1"]]
+    np.testing.assert_allclose(model.log_likelihood(mixed.test), expected, rtol=1e-10)
+    assert [s["clients"] for s in model.plan.subspaces] == [["client-0"], ["client-1"]]
 
 
 def test_hybrid_builds_shared_sums_and_cluster_products(mixed):
     part = partition(mixed, "hybrid", 2, seed=1, shared=2)
-    out = run(part, clusters=2)
-    out["circuit"].validate()
-    shared = [s for s in out["subspaces"] if len(s["clients"]) == 2]
+    model = run(part, clusters=2)
+    model.circuit.validate()
+    shared = [s for s in model.plan.subspaces if len(s["clients"]) == 2]
     assert shared and sum(len(s["features"]) for s in shared) >= 2
-    assert np.isfinite(score(out, mixed.test)).all()
+    assert np.isfinite(model.log_likelihood(mixed.test)).all()
 
 
-def test_small_discrete_case_sums_to_one():
+def check_normalised(model: FedPC) -> None:
+    schema = model.schema
+    grid = np.array(list(itertools.product(*[range(f.cardinality) for f in schema.features])), float)
+    assert np.exp(model.log_likelihood(grid)).sum() == pytest.approx(1.0, abs=1e-10)
+
+
+@pytest.mark.parametrize("glue", ["random", "combinatorial", "aligned"])
+def test_every_gluing_gives_a_normalised_circuit(glue):
     ds = load_dataset("bn:asia", rows=1500, seed=0)
     for split in ("vertical", "hybrid"):
         part = partition(ds, split, 2, seed=0)
-        out = run(part, clusters=2, min_instances_slice=50)
-        check_normalised(out)
+        model = run(part, clusters=3, glue_how=glue, params={"min_instances_slice": 50})
+        model.circuit.validate()
+        check_normalised(model)
+        own = [a for a in model.plan.alternatives if len(a) > 1]
+        if glue == "combinatorial":
+            assert len(model.plan.products) == int(np.prod([len(a) for a in own]))
+        if glue == "aligned":
+            assert "shared_with_server" in model.info
 
 
-def check_normalised(out):
-    schema = out["schema"]
-    grid = np.array(list(itertools.product(*[range(f.cardinality) for f in schema.features])), float)
-    total = np.exp(log_likelihood(CompiledCircuit(out["circuit"]), grid)).sum()
-    assert total == pytest.approx(1.0, abs=1e-10)
+def test_aligned_gluing_captures_dependence_across_clients():
+    """Two clients whose columns depend on each other only through a shared latent cluster."""
+    ds = load_dataset("synthetic:gmm", rows=3000, seed=0)
+    part = partition(ds, "vertical", 2, seed=0)
+    scores = {g: run(part, clusters=4, glue_how=g, seed=0).score(ds.test) for g in ("random", "aligned")}
+    assert scores["aligned"] > scores["random"] + 0.1, scores
+
+
+def test_split_placement_gives_the_server_numbers_and_marginalises_lost_clients(mixed):
+    for split, opts in (("vertical", {}), ("hybrid", {"shared": 2})):
+        part = partition(mixed, split, 2, seed=2, **opts)
+        server = run(part, clusters=2, seed=1)
+        with InProcessFederation(part, HANDLERS, mode="sequential", audit=PrivacyAudit(part)) as fed:
+            split_model = fit_fedpc(fed, clusters=2, seed=1, placement="split")
+            assert split_model.circuit is None and split_model.info["communication"]["bytes_up"] < \
+                server.info["communication"]["bytes_up"]
+            np.testing.assert_allclose(split_model.log_likelihood(mixed.test),
+                                       server.log_likelihood(mixed.test), rtol=1e-9)
+            if split == "vertical":
+                lost = part.clients[1]
+                fed.lost[lost.client_id] = ClientFailure(lost.client_id, "loglik", "unavailable", "test")
+                marginal = mixed.test.copy()
+                marginal[lost.columns] = np.nan
+                np.testing.assert_allclose(split_model.log_likelihood(mixed.test),
+                                           server.log_likelihood(marginal), rtol=1e-9)
+                assert "unreachable" in split_model.notes[0]
+    with pytest.raises(FedpgmError, match="split across its clients"):
+        split_model.mpe(mixed.test)
+
+
+def test_classification_with_the_label_at_one_vertical_client():
+    ds = load_dataset("breast_cancer", seed=0)
+    part = partition(ds, "vertical", 2, seed=0)
+    model = run(part, clusters=2)
+    accuracy = (model.predict(ds.test) == ds.test[ds.schema.label].to_numpy()).mean()
+    assert accuracy > 0.9
+    proba = model.predict_proba(ds.test)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+def test_ratspn_learner(mixed):
+    part = partition(mixed, "vertical", 2, seed=0)
+    model = run(part, clusters=2, learner="ratspn", params={"em_iterations": 5})
+    model.circuit.validate()
+    assert np.isfinite(model.score(mixed.test))
+
+
+def test_save_and_load_round_trip(mixed, tmp_path):
+    part = partition(mixed, "vertical", 2, seed=0)
+    model = run(part, clusters=2)
+    model.save(tmp_path / "m")
+    back = FedPC.load(tmp_path / "m")
+    np.testing.assert_allclose(back.log_likelihood(mixed.test), model.log_likelihood(mixed.test))
+    assert back.plan == model.plan and back.info["glue"] == "random"
+    (tmp_path / "m" / "fedpc.json").write_text("{")
+    with pytest.raises(FedpgmError, match="not valid JSON"):
+        FedPC.load(tmp_path / "m")
 
 
 def test_bad_inputs(mixed):
     part = partition(mixed, "vertical", 2, seed=0)
-    with pytest.raises(ClientFailed, match="clusters requested but client"):
+    with pytest.raises(FedpgmError, match="clusters requested but client"):
         run(part, clusters=10_000)
     with pytest.raises(FedpgmError, match="clusters must be >= 1"):
         run(part, clusters=0)
+    with pytest.raises(FedpgmError, match="unknown glue"):
+        run(part, glue_how="magic")
+    with pytest.raises(FedpgmError, match="min_instances_slice must be >= 1"):
+        run(part, params={"min_instances_slice": 0})
+    misaligned = partition(mixed, "vertical", 2, seed=0)
+    misaligned.clients[1].train = misaligned.clients[1].train.iloc[:-5]
+    with pytest.raises(FedpgmError, match="do not align"):
+        run(misaligned)
+    empty = partition(mixed, "horizontal", 2, seed=0)
+    empty.clients[1].train = empty.clients[1].train.iloc[:0]
+    with pytest.raises(FedpgmError, match="have no rows"):
+        run(empty)
+    unlabelled = partition(mixed, "vertical", 2, seed=0)
+    for c in unlabelled.clients:  # nobody keeps the label
+        keep = [f for f in c.schema.features if f.name != mixed.schema.label]
+        c.schema = Schema(tuple(keep), None)
+        c.train = c.train[c.schema.names]
+    model = run(unlabelled, clusters=1)
+    with pytest.raises(FedpgmError, match="needs a target"):
+        model.predict_proba(mixed.test.drop(columns=[mixed.schema.label]))
+    with pytest.raises(FedpgmError, match="no client holds 'y'"):
+        model.predict_proba(mixed.test.drop(columns=[mixed.schema.label]), target="y")
+
+
+def test_feature_types_must_agree_across_clients():
     other = load_dataset("bn:asia", rows=300, seed=0)
     clash = partition(other, "vertical", 2, seed=0)
-    from fedpgm.data.schema import Feature, Schema  # one name, two types at two clients
     c = clash.clients[1]
     name = c.schema.names[0]
     feats = [Feature(name, "continuous") if f.name == name else f for f in c.schema.features]

@@ -81,17 +81,22 @@ def conditional(cc: CompiledCircuit, X: np.ndarray, query: list[str]) -> np.ndar
 def predict_proba(cc: CompiledCircuit, X: np.ndarray, target: str) -> np.ndarray:
     """(rows, k) p(target = c | observed rest) for a discrete target."""
     (t,) = var_indices(cc, [target])
-    feat = cc.circuit.schema.features[t]
-    if not feat.discrete:
-        raise FedpgmError(f"predict_proba needs a discrete target; '{target}' is {feat.kind}")
     if t not in cc.circuit.scope:
         raise FedpgmError(f"the circuit does not model '{target}'; no client holds it")
-    X = check_evidence(cc, X).copy()
+    return class_posterior(lambda x: log_likelihood(cc, x), check_evidence(cc, X),
+                           cc.circuit.schema.features[t], t)
+
+
+def class_posterior(loglik, X: np.ndarray, feat, t: int) -> np.ndarray:
+    """(rows, k) p(X_t = c | rest) from any (rows,) log-likelihood function of full rows."""
+    if not feat.discrete:
+        raise FedpgmError(f"class probabilities need a discrete target; '{feat.name}' is {feat.kind}")
+    X = np.array(X, dtype=float)
     X[:, t] = np.nan
     k = feat.cardinality
     rep = np.repeat(X, k, axis=0)
     rep[:, t] = np.tile(np.arange(k), len(X))
-    joint = log_likelihood(cc, rep).reshape(len(X), k)
+    joint = loglik(rep).reshape(len(X), k)
     joint -= joint.max(axis=1, keepdims=True)
     p = np.exp(joint)
     return p / p.sum(axis=1, keepdims=True)

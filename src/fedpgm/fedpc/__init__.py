@@ -1,12 +1,11 @@
 """Federated probabilistic circuits (FedPC, Seng et al.): one-pass learning across clients.
 
-Status: the core of Algorithm 1 (subspaces from the client-by-feature matrix, size-weighted
-sums over clients for shared subspaces, per-cluster circuits for single-client subspaces,
-random gluing into products, a size-weighted root) on the federation runtime. Gluing
-strategies beyond ``random``, other local learners, split placement, baselines and the CLI
-are still to come (issue 5).
+``fit_fedpc(federation, ...)`` runs Algorithm 1 on any federation backend and returns a
+``FedPC`` (``fedpgm.fedpc.model``); ``fedpgm.fedpc.plan`` holds the network side (gluing,
+assembly, split evaluation) and ``fedpgm.fedpc.client`` the client handlers.
 """
 
+from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.server import fit_fedpc
 
-__all__ = ["fit_fedpc"]
+__all__ = ["FedPC", "fit_fedpc"]

@@ -1,35 +1,60 @@
-"""FedPC client handlers: describe the columns held, then learn the local circuits once.
+"""FedPC client handlers: describe the columns held, learn the local circuits once, answer queries.
 
-``fit`` receives the subspaces this client shares with others (one LearnSPN each, on all its
-rows) and its single-client subspace (its rows clustered by k-means on those columns only,
-one LearnSPN per cluster). Replies carry circuits as payloads (structure JSON in the config,
-packed parameters as arrays) and row counts; never rows.
+- ``describe``: the schema of the columns held, the number of training rows and a digest of the
+  sorted row ids (so the server can check that a vertical federation's rows align); never rows.
+- ``fit``: one circuit per subspace shared with other clients (on all rows) and, for this
+  client's own subspace, its rows clustered by k-means on those columns only and one circuit per
+  cluster. The circuits are kept in the client's work folder; the reply carries them (structure
+  JSON in the config, packed parameters as arrays) only for server placement. With aligned
+  gluing the reply also carries each row's cluster index, keyed by a salted 64-bit hash of its
+  row id: memberships, not data.
+- ``loglik``: per-row log-likelihoods of the kept circuits for query rows the server sends
+  (only the columns this client holds); split placement evaluates the FedPC this way.
+
+Timings in replies (``seconds``) are this process's CPU time, i.e. the time the work takes on a
+machine of its own, whatever else shares this one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import time
+
 import numpy as np
 from sklearn.cluster import KMeans
 
-from fedpgm.circuits.estimator import LearnSPN
-from fedpgm.circuits.io import to_payload
+from fedpgm.circuits.estimator import ESTIMATORS
+from fedpgm.circuits.io import load_circuit, save_circuit, to_payload
+from fedpgm.circuits.queries import log_likelihood
+from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 
 HANDLERS = HandlerSet("fedpc")
+FOLDER = "fedpc"
+
+
+def row_hashes(ids, salt: str) -> np.ndarray:
+    """(rows,) uint64: a salted 64-bit hash of each row id (how rows are matched across clients)."""
+    return np.array([int.from_bytes(hashlib.blake2b(f"{salt}:{i}".encode(), digest_size=8).digest(), "little")
+                     for i in ids], dtype=np.uint64)
 
 
 @HANDLERS.query("describe")
 def describe(request: Message, ctx: ClientContext) -> Message:
-    """The schema of the columns held and the number of training rows."""
-    return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ctx.data.train)})
+    ids = sorted(str(i) for i in ctx.data.train.index)
+    digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
+    return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ids),
+                                       "ids_digest": digest})
 
 
-def learn(ctx: ClientContext, names: list[str], rows: np.ndarray, learner: dict):
+def learn(ctx: ClientContext, names: list[str], rows: np.ndarray, learner: str, params: dict):
+    if learner not in ESTIMATORS:
+        raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
     schema = ctx.data.schema.select(names)
     frame = ctx.data.train.iloc[rows][schema.names]
-    return LearnSPN(**learner).fit(frame, schema).circuit_
+    return ESTIMATORS[learner](**params).fit(frame, schema).circuit_
 
 
 def clusters_of(ctx: ClientContext, names: list[str], k: int, seed: int) -> np.ndarray:
@@ -49,23 +74,53 @@ def clusters_of(ctx: ClientContext, names: list[str], k: int, seed: int) -> np.n
 @HANDLERS.train("fit")
 def fit(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
-    learner = dict(cfg["learner"])
+    learner, params = cfg["learner"], dict(cfg["params"])
+    start = time.process_time()
     arrays, entries = {}, []
+    folder = ctx.workdir / FOLDER
 
-    def add(kind: str, index: int, circuit, n: int) -> None:
-        doc, tensors = to_payload(circuit)
-        prefix = f"{kind}{index}/"
-        arrays.update({prefix + k: v for k, v in tensors.items()})
-        entries.append({"kind": kind, "index": index, "n": n, "prefix": prefix, "doc": doc})
+    def add(key: str, circuit, n: int) -> None:
+        save_circuit(circuit, folder / key)
+        entry = {"key": key, "n": n}
+        if cfg["send"]:
+            doc, tensors = to_payload(circuit)
+            arrays.update({f"{key}/{k}": v for k, v in tensors.items()})
+            entry["doc"] = doc
+        entries.append(entry)
 
     everything = np.arange(len(ctx.data.train))
     for i, names in enumerate(cfg["shared"]):
-        add("shared", i, learn(ctx, names, everything, learner), len(everything))
+        add(f"shared{i}", learn(ctx, names, everything, learner, params), len(everything))
     if cfg["own"]:
-        labels = clusters_of(ctx, cfg["own"], int(cfg["clusters"]), int(learner.get("seed", 0)))
-        for c in range(int(cfg["clusters"])):
+        k = int(cfg["clusters"])
+        labels = clusters_of(ctx, cfg["own"], k, int(params.get("seed", 0)))
+        for c in range(k):
             rows = np.flatnonzero(labels == c)
             if len(rows) == 0:
                 raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
-            add("cluster", c, learn(ctx, cfg["own"], rows, learner), len(rows))
-    return Message("fit", arrays, {"circuits": entries})
+            add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
+        if cfg.get("memberships"):
+            arrays["memberships/ids"] = row_hashes(ctx.data.train.index, cfg["salt"])
+            arrays["memberships/cluster"] = labels.astype(np.int32)
+    ctx.state["fedpc_keys"] = [e["key"] for e in entries]
+    return Message("fit", arrays, {"circuits": entries, "seconds": time.process_time() - start})
+
+
+@HANDLERS.query("loglik")
+def loglik(request: Message, ctx: ClientContext) -> Message:
+    """(rows, circuits) log-likelihoods of the kept circuits on the query rows sent."""
+    keys = ctx.state.get("fedpc_keys")
+    if not keys:
+        raise FedpgmError(f"client '{ctx.client_id}' holds no FedPC circuits; fit first")
+    names = request.config["columns"]
+    X = request.arrays["X"]
+    out = np.empty((len(X), len(keys)))
+    for i, key in enumerate(keys):
+        circuit, _ = load_circuit(ctx.workdir / FOLDER / key)
+        cols = [names.index(n) if n in names else -1 for n in circuit.schema.names]
+        local = np.full((len(X), len(cols)), np.nan)
+        for j, c in enumerate(cols):
+            if c >= 0:
+                local[:, j] = X[:, c]
+        out[:, i] = log_likelihood(CompiledCircuit(circuit), local)
+    return Message("loglik", {"loglik": out}, {"keys": keys})

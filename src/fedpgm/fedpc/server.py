@@ -6,21 +6,32 @@
 2. A subspace held by several clients becomes a sum over their circuits, weighted by row counts.
 3. A subspace held by one client: that client clusters its rows (on its own columns) into K
    clusters and learns one circuit per cluster.
-4. P products, each with every shared sum and, per single-client subspace, one cluster circuit
-   drawn at random (every cluster used at least once), so each product spans all features.
+4. Products, each with every shared sum and one cluster circuit per single-client subspace
+   (``fedpgm.fedpc.plan.glue``: random, combinatorial or aligned), so each spans all features.
 5. A root sum over the products with weights rho = the summed training sizes of each product's
-   children, normalised: no forward or backward pass.
+   children, normalised (or co-occurrence counts for aligned gluing): no forward or backward pass.
 """
 
 from __future__ import annotations
 
+import secrets
+import time
+from collections import Counter
+
 import numpy as np
 
+from fedpgm.circuits.estimator import ESTIMATORS
 from fedpgm.circuits.io import from_payload
-from fedpgm.circuits.structure import Circuit, product_of, sum_of
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
+from fedpgm.fedpc.model import FedPC
+from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue
+
+PLACEMENTS = ("server", "split")
+DEFAULT_PARAMS = {"learnspn": {"min_instances_slice": 100, "threshold": 0.3, "leaf": "gaussian"},
+                  "ratspn": {"depth": 2, "repetitions": 4, "n_sums": 4, "n_inputs": 4, "leaf": "gaussian",
+                             "em_iterations": 20}}
 
 
 def global_schema(schemas: dict[str, Schema]) -> Schema:
@@ -47,12 +58,46 @@ def subspaces(schemas: dict[str, Schema], schema: Schema) -> list[tuple[list[str
     return [(names, list(holders)) for holders, names in groups.items()]
 
 
-def fit_fedpc(fed: Federation, clusters: int = 2, products: int | None = None, seed: int = 0,
-              min_instances_slice: int = 100, threshold: float = 0.3, leaf: str = "gaussian") -> dict:
-    """Learn a federated circuit in one pass; returns {"circuit", "subspaces", "communication"}."""
+def learner_params(learner: str, params: dict | None, seed: int) -> dict:
+    """The local learner's parameters (defaults filled in), checked by building one."""
+    if learner not in ESTIMATORS:
+        raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
+    out = {**DEFAULT_PARAMS[learner], **(params or {}), "seed": seed}
+    try:
+        ESTIMATORS[learner](**out)
+    except TypeError as e:
+        raise FedpgmError(f"bad parameters for the {learner} learner ({e})") from None
+    if out.get("min_instances_slice", 1) < 1:
+        raise FedpgmError(f"min_instances_slice must be >= 1, got {out['min_instances_slice']}")
+    return out
+
+
+def check_alignment(described: dict, spaces) -> None:
+    """A vertical federation (no subspace shared) must hold the same row ids at every client."""
+    if len(described) < 2 or any(len(holders) > 1 for _, holders in spaces):
+        return
+    digests = {c: m.config["ids_digest"] for c, m in described.items()}
+    first = next(iter(digests))
+    for c, d in digests.items():
+        if d != digests[first]:
+            raise FedpgmError(f"the row ids of clients '{first}' and '{c}' do not align; a vertical "
+                              "federation needs the same rows (row_id) at every client")
+
+
+def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", products: int | None = None,
+              learner: str = "learnspn", params: dict | None = None, placement: str = "server",
+              seed: int = 0) -> FedPC:
+    """Learn a federated circuit in one pass (Algorithm 1); see the module doc."""
     if clusters < 1:
         raise FedpgmError(f"clusters must be >= 1, got {clusters}")
+    if glue_how not in GLUES:
+        raise FedpgmError(f"unknown glue '{glue_how}'; use one of {', '.join(GLUES)}")
+    if placement not in PLACEMENTS:
+        raise FedpgmError(f"unknown placement '{placement}'; use server or split")
+    params = learner_params(learner, params, seed)
+    wall = time.perf_counter()
     described = fed.broadcast("describe").require_all()
+    server_cpu = time.process_time()
     schemas = {c: Schema.from_dict(m.config["schema"]) for c, m in described.items()}
     sizes = {c: int(m.config["n_rows"]) for c, m in described.items()}
     empty = [c for c, n in sizes.items() if n == 0]
@@ -60,49 +105,71 @@ def fit_fedpc(fed: Federation, clusters: int = 2, products: int | None = None, s
         raise FedpgmError(f"client(s) {empty} have no rows; leave them out of the federation")
     schema = global_schema(schemas)
     spaces = subspaces(schemas, schema)
-    learner = {"min_instances_slice": min_instances_slice, "threshold": threshold, "leaf": leaf,
-               "seed": seed}
+    check_alignment(described, spaces)
+    salt = secrets.token_hex(16)
     per_client = {}
     for c in described:
         shared = [names for names, holders in spaces if c in holders and len(holders) > 1]
         own = next((names for names, holders in spaces if holders == [c]), [])
-        per_client[c] = ({}, {"shared": shared, "own": own, "clusters": clusters, "learner": learner})
+        if own and clusters > sizes[c]:
+            raise FedpgmError(f"{clusters} clusters requested but client '{c}' has {sizes[c]} rows; "
+                              "lower --clusters")
+        per_client[c] = ({}, {"shared": shared, "own": own, "clusters": clusters, "learner": learner,
+                              "params": params, "send": placement == "server",
+                              "memberships": glue_how == "aligned", "salt": salt})
+    server_cpu = time.process_time() - server_cpu
     replies = fed.broadcast("fit", per_client=per_client).require_all()
+    t0 = time.process_time()
 
-    def circuits_of(client: str, kind: str) -> list[tuple[Circuit, int]]:
-        msg = replies[client]
-        out = []
-        for e in msg.config["circuits"]:
-            if e["kind"] == kind:
-                tensors = {k[len(e["prefix"]):]: v for k, v in msg.arrays.items() if k.startswith(e["prefix"])}
-                out.append((from_payload(e["doc"], tensors, f"circuit from client '{client}'")[0], e["n"]))
-        return out
+    components, alternatives, circuits = [], [], []
+    for j, (names, holders) in enumerate(spaces):
+        def add(client: str, entry: dict) -> int:
+            components.append({"client": client, "key": entry["key"], "subspace": j, "n": int(entry["n"])})
+            if placement == "server":
+                prefix = entry["key"] + "/"
+                tensors = {k[len(prefix):]: v for k, v in replies[client].arrays.items() if k.startswith(prefix)}
+                circuits.append(from_payload(entry["doc"], tensors, f"circuit from client '{client}'")[0])
+            return len(components) - 1
 
-    parts: list[list[tuple[Circuit, int]]] = []  # per subspace: its alternatives with sizes
+        entries = {c: {e["key"]: e for e in replies[c].config["circuits"]} for c in holders}
+        if len(holders) > 1:
+            ids = [add(c, entries[c][f"shared{per_client[c][1]['shared'].index(names)}"]) for c in holders]
+            n = np.array([components[i]["n"] for i in ids], dtype=float)
+            alternatives.append([Alternative(ids, list(n / n.sum()))])
+        else:
+            c = holders[0]
+            alternatives.append([Alternative([add(c, entries[c][f"cluster{k}"])], [1.0]) for k in range(clusters)])
+    alt_sizes = [[sum(components[i]["n"] for i in a.components) for a in alts] for alts in alternatives]
+    cooccurrence = memberships(replies, spaces) if glue_how == "aligned" else None
+    chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), cooccurrence)
+    plan = Plan([{"features": names, "clients": holders} for names, holders in spaces], components,
+                alternatives, chosen, weights)
+    circuit = assemble(plan, schema, circuits) if placement == "server" else None
+    server_cpu += time.process_time() - t0
+    client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
+    info = {"clusters": clusters, "glue": glue_how, "learner": learner, "params": params,
+            "placement": placement, "plan": plan.describe(),
+            "client_seconds": client_seconds, "server_seconds": server_cpu,
+            "critical_path_seconds": max(client_seconds.values()) + server_cpu,
+            "train_seconds": time.perf_counter() - wall, "communication": fed.ledger.totals()}
+    if glue_how == "aligned":
+        info["shared_with_server"] = "cluster index of every row, keyed by a salted hash of its row id"
+    if circuit is not None:
+        info.update(circuit.stats())
+    return FedPC(schema, plan, circuit, info, federation=fed if placement == "split" else None)
+
+
+def memberships(replies: dict, spaces) -> dict[tuple, int]:
+    """Counts of cluster-index tuples over the rows every clustering client holds (by id hash)."""
+    columns = []
     for names, holders in spaces:
         if len(holders) > 1:
-            index = {c: per_client[c][1]["shared"].index(names) for c in holders}
-            local = [circuits_of(c, "shared")[index[c]] for c in holders]
-            total = sum(n for _, n in local)
-            parts.append([(sum_of([ci for ci, _ in local], [n for _, n in local]), total)])
-        else:
-            parts.append(circuits_of(holders[0], "cluster"))
-    rng = np.random.default_rng(seed)
-    n_products = max(len(p) for p in parts) if products is None else products
-    if n_products < max(len(p) for p in parts):
-        raise FedpgmError(f"{n_products} products cannot use each of {max(len(p) for p in parts)} "
-                          "clusters once; raise products")
-    choices = []
-    for p in parts:  # every alternative at least once, the rest at random
-        picks = list(rng.permutation(len(p))) + list(rng.integers(0, len(p), n_products - len(p)))
-        choices.append(picks)
-    prods, weights = [], []
-    for i in range(n_products):
-        members = [parts[j][choices[j][i]] for j in range(len(parts))]
-        circuit = product_of([m for m, _ in members], schema)
-        prods.append(circuit)
-        weights.append(sum(n for _, n in members))
-    root = prods[0] if len(prods) == 1 else sum_of(prods, weights, schema)
-    return {"circuit": root, "schema": schema,
-            "subspaces": [{"features": names, "clients": holders} for names, holders in spaces],
-            "communication": fed.ledger.totals()}
+            columns.append(None)  # a shared subspace has a single alternative
+            continue
+        m = replies[holders[0]]
+        columns.append(dict(zip(m.arrays["memberships/ids"].tolist(), m.arrays["memberships/cluster"].tolist())))
+    keyed = [c for c in columns if c is not None]
+    if not keyed:
+        return {}
+    common = set(keyed[0]).intersection(*keyed[1:])
+    return dict(Counter(tuple(0 if col is None else col[row] for col in columns) for row in common))

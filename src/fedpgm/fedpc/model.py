@@ -1,0 +1,160 @@
+"""A learned FedPC and its queries, in either placement.
+
+- ``server`` placement: the clients sent their circuits; ``circuit`` is the assembled FedPC
+  (one valid circuit) and every exact query works offline: log-likelihoods, marginals (NaN =
+  unobserved), conditionals, class probabilities, MPE, sampling.
+- ``split`` placement: the client circuits stay at the clients and only the plan is at the
+  server. Log-likelihoods, marginals, conditionals and class probabilities are answered by one
+  batched ``loglik`` round (each client gets only the columns it holds and returns per-row
+  log-likelihoods of its circuits), with the same numbers as the server placement. If a client is
+  unreachable, its columns are marginalised and ``notes`` says so.
+
+Files: ``fedpc.json`` (plan, schema, fit report) and, for server placement, the assembled
+circuit as ``circuit/structure.json`` + ``circuit/params.safetensors``; nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from fedpgm.circuits import queries
+from fedpgm.circuits.compiled import CompiledCircuit
+from fedpgm.circuits.estimator import as_matrix
+from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.structure import Circuit
+from fedpgm.data.schema import Schema
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.base import Federation
+from fedpgm.fedpc.plan import Plan, combine
+from fedpgm.files import atomic_folder
+
+FORMAT = "fedpgm-fedpc/1"
+
+
+class FedPC:
+    """A federated circuit: ``plan`` (network side) plus the assembled ``circuit`` or live clients."""
+
+    def __init__(self, schema: Schema, plan: Plan, circuit: Circuit | None = None, info: dict | None = None,
+                 federation: Federation | None = None) -> None:
+        self.schema, self.plan, self.circuit = schema, plan, circuit
+        self.info = info or {}
+        self.federation = federation  # needed by split placement only
+        self.notes: list[str] = []  # what the last split query had to marginalise
+
+    @property
+    def placement(self) -> str:
+        return "server" if self.circuit is not None else "split"
+
+    @cached_property
+    def compiled(self) -> CompiledCircuit:
+        return CompiledCircuit(self.need_circuit("this query"))
+
+    def need_circuit(self, what: str) -> Circuit:
+        if self.circuit is None:
+            raise FedpgmError(f"{what} needs the assembled model, but this FedPC is split across its "
+                              "clients; fit with --placement server")
+        return self.circuit
+
+    # -- queries ------------------------------------------------------------------------------
+    def log_likelihood(self, X) -> np.ndarray:
+        """(rows,) log p(observed values) in nats; NaN or absent columns are marginalised."""
+        X = as_matrix(X, self.schema)
+        if self.circuit is not None:
+            return queries.log_likelihood(self.compiled, X)
+        return self.split_log_likelihood(X)
+
+    def score(self, X) -> float:
+        return float(self.log_likelihood(X).mean())
+
+    def predict_proba(self, X, target: str | None = None) -> np.ndarray:
+        """(rows, k) p(target = c | the other observed columns); target defaults to the label."""
+        target = target or self.schema.label
+        if target is None:
+            raise FedpgmError("classification needs a target; the data has no label, pass target=")
+        if target not in self.schema:
+            raise FedpgmError(f"no client holds '{target}', so the FedPC cannot classify it; "
+                              f"its variables are {self.schema.names}")
+        t = self.schema.index(target)
+        X = as_matrix(X, self.schema)
+        if self.circuit is not None:
+            return queries.predict_proba(self.compiled, X, target)
+        return queries.class_posterior(self.split_log_likelihood, X, self.schema.features[t], t)
+
+    def predict(self, X, target: str | None = None) -> np.ndarray:
+        return self.predict_proba(X, target).argmax(axis=1)
+
+    def conditional(self, X, query: list[str]) -> np.ndarray:
+        """(rows,) log p(query columns | the other observed columns)."""
+        X = as_matrix(X, self.schema)
+        self.schema.check_names(query)
+        q = [self.schema.index(n) for n in query]
+        evidence = X.copy()
+        evidence[:, q] = np.nan
+        return self.log_likelihood(X) - self.log_likelihood(evidence)
+
+    def mpe(self, X) -> np.ndarray:
+        self.need_circuit("MPE")
+        return queries.mpe(self.compiled, as_matrix(X, self.schema))
+
+    def sample(self, n: int | None = None, evidence=None, seed: int = 0) -> np.ndarray:
+        self.need_circuit("sampling")
+        ev = None if evidence is None else as_matrix(evidence, self.schema)
+        return queries.sample(self.compiled, n, ev, seed)
+
+    def split_log_likelihood(self, X: np.ndarray) -> np.ndarray:
+        """One ``loglik`` round: clients evaluate their circuits on their columns of X."""
+        fed = self.federation
+        if fed is None:
+            raise FedpgmError("this FedPC is split across its clients and no federation is attached")
+        X = np.asarray(X, dtype=float)
+        holders = list(dict.fromkeys(c["client"] for c in self.plan.components))
+        per_client = {}
+        for client in holders:
+            cols = [n for s in self.plan.subspaces if client in s["clients"] for n in s["features"]]
+            idx = [self.schema.index(n) for n in cols]
+            per_client[client] = ({"X": np.ascontiguousarray(X[:, idx])}, {"columns": cols})
+        replies = fed.broadcast("loglik", clients=holders, per_client=per_client)
+        component_ll = np.full((len(X), len(self.plan.components)), np.nan)
+        for client, msg in replies.messages.items():
+            index = {self.plan.components[i]["key"]: i for i in self.plan.of_client(client)}
+            for j, key in enumerate(msg.config["keys"]):
+                component_ll[:, index[key]] = msg.arrays["loglik"][:, j]
+        self.notes = [f"client '{c}' unreachable ({f.kind}); its circuits were left out and the "
+                      f"columns only it holds marginalised" for c, f in replies.failures.items()]
+        if len(replies.failures) == len(holders):
+            raise FedpgmError("no client answered the query; " + "; ".join(self.notes))
+        return combine(self.plan, component_ll)
+
+    # -- files --------------------------------------------------------------------------------
+    def save(self, folder) -> Path:
+        """``fedpc.json`` + the assembled circuit (server placement), replaced atomically."""
+        folder = Path(folder)
+        doc = {"format": FORMAT, "schema": self.schema.to_dict(), "plan": self.plan.to_dict(),
+               "placement": self.placement, "info": self.info}
+        with atomic_folder(folder) as tmp:
+            (tmp / "fedpc.json").write_text(json.dumps(doc, indent=1) + "\n")
+            if self.circuit is not None:
+                save_circuit(self.circuit, tmp / "circuit")
+        return folder
+
+    @classmethod
+    def load(cls, folder) -> "FedPC":
+        folder = Path(folder)
+        path = folder / "fedpc.json"
+        if not path.is_file():
+            raise FedpgmError(f"{folder} has no fedpc.json; pass a folder written by `fedpgm fedpc fit --out`")
+        try:
+            doc = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise FedpgmError(f"{path} is not valid JSON ({e})") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise FedpgmError(f"{path} is not a {FORMAT} file")
+        schema = Schema.from_dict(doc["schema"])
+        circuit = load_circuit(folder / "circuit")[0] if doc.get("placement") == "server" else None
+        if circuit is not None and circuit.schema.names != schema.names:
+            raise FedpgmError(f"{folder}: the circuit's variables differ from fedpc.json's schema")
+        return cls(schema, Plan.from_dict(doc["plan"]), circuit, doc.get("info", {}))
