@@ -249,17 +249,24 @@ def pc_query(
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here (default stdout)")] = None,
 ) -> None:
     """Answer marginal (default), conditional, classification or MPE queries from a CSV."""
-    import pandas as pd
-
     from fedpgm.circuits.estimator import CircuitEstimator
-    from fedpgm.data.loaders import read_csv_file
 
     model = CircuitEstimator.load(model_dir)
-    raw = read_csv_file(evidence)
-    sch = model.schema_
-    frame = sch.select(raw.columns).encode(raw, str(evidence))
+    answer_queries(model, model.schema_, evidence, query, target, mpe, out)
+
+
+def answer_queries(model, sch, evidence: Path, query: str | None, target: str | None, mpe: bool,
+                   out: Path | None) -> None:
+    """Marginal (default), conditional, class-probability or MPE answers for each evidence row;
+    ``model`` is anything with the estimator query API (a circuit estimator, a FedPC)."""
+    import pandas as pd
+
+    from fedpgm.data.loaders import read_csv_file
+
     if sum(x is not None and x is not False for x in (query, target, mpe or None)) > 1:
         raise FedpgmError("choose one of --query, --target and --mpe")
+    raw = read_csv_file(evidence)
+    frame = sch.select(raw.columns).encode(raw, str(evidence))
     if target is not None:
         proba = model.predict_proba(frame, target)
         answer = pd.DataFrame(proba, index=frame.index,
@@ -395,14 +402,10 @@ def dec_estimate(
 
 @app.command()
 def demo() -> None:
-    """The main job: the dataset registry and breast cancer split three ways."""
-    from fedpgm.data import partition
+    """The main job: FedPC on breast cancer across horizontal, vertical and hybrid federations."""
+    from fedpgm.fedpc.cli import demo as fedpc_demo
 
-    datasets(None)
-    ds = load("breast_cancer", None, 0)
-    for split, k, opts in (("horizontal", 5, {"scheme": "label-skew"}), ("vertical", 2, {}),
-                           ("hybrid", 2, {})):
-        print_partition(partition(ds, split, k, 0, **opts))
+    fedpc_demo()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -413,6 +416,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 
+
+def register_groups() -> None:
+    """Sub-command groups that live beside their capability (imported last: they use the
+    shared options above)."""
+    from fedpgm.fedpc.cli import fedpc_app
+
+    app.add_typer(fedpc_app, name="fedpc")
+
+
+register_groups()
 
 if __name__ == "__main__":
     main()

@@ -25,6 +25,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Sequence
 
+from threadpoolctl import threadpool_limits
+
 from fedpgm.data.partition import ClientData, Partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import AuditHook, ClientFailure, Federation, Outcome
@@ -46,7 +48,10 @@ def serve_one(handlers: HandlerSet, ctx: ClientContext, request) -> tuple[bytes,
 def client_process(conn: Connection, client_id: str, data: ClientData, handlers_path: str,
                    workdir: str) -> None:
     """Worker loop: one request at a time until the pipe closes."""
-    if "torch" in sys.modules:  # the parent's thread pool is not the worker's to share
+    # A forked child must not enter the parent's OpenMP pools (libgomp is not fork-safe: a child
+    # whose parent ran a parallel region hangs in its first one), so every pool runs one thread.
+    threadpool_limits(1)
+    if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
     handlers = load_handlers(handlers_path)
     ctx = ClientContext(client_id, data, Path(workdir))

@@ -1,0 +1,194 @@
+"""One FedPC experiment: partition a dataset, fit on a backend, evaluate next to centralized.
+
+``run_fedpc(dataset, FitSettings(...))`` returns the fitted ``FedPC`` and the report the CLI
+writes as JSON: ``dataset, split, clients, backend, seed, test_loglik`` (mean nats per test
+row), ``centralized_test_loglik``, ``accuracy, f1`` (positive class), ``f1_macro`` (with a
+label), ``train_seconds`` (federated wall clock here), ``critical_path_seconds`` (slowest client
+plus server: the time with one machine per client), ``centralized_train_seconds``,
+``relative_runtime`` (critical path / centralized) and ``bytes_up, bytes_down, messages``.
+
+Timing is like for like: every client and the centralized learner run single-threaded and are
+timed by their process CPU time, so a shared or busy machine does not skew the ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.metrics import f1_score
+
+from fedpgm.circuits.estimator import ESTIMATORS
+from fedpgm.data import partition
+from fedpgm.data.dataset import Dataset
+from fedpgm.errors import FedpgmError
+from fedpgm.federation import InProcessFederation
+from fedpgm.fedpc.model import FedPC
+from fedpgm.fedpc.server import fit_fedpc, learner_params
+
+HANDLERS = "fedpgm.fedpc.client:HANDLERS"
+BACKENDS = ("inprocess", "flower")
+
+
+@dataclass
+class FitSettings:
+    split: str = "horizontal"
+    clients: int = 2
+    clusters: int = 2
+    glue: str = "random"
+    products: int | None = None
+    learner: str = "learnspn"
+    params: dict = field(default_factory=dict)
+    placement: str = "server"
+    backend: str = "inprocess"
+    seed: int = 0
+    partition: dict = field(default_factory=dict)  # partitioner options (scheme, label_to, ...)
+    centralized: bool = True
+
+    def fit_args(self) -> dict:
+        return {"clusters": self.clusters, "glue_how": self.glue, "products": self.products,
+                "learner": self.learner, "params": self.params, "placement": self.placement,
+                "seed": self.seed}
+
+
+@contextmanager
+def single_thread():
+    """Torch on one thread (as each client runs), restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def centralized(ds: Dataset, settings: FitSettings):
+    """The same learner on the pooled train split: (model, CPU seconds)."""
+    params = learner_params(settings.learner, settings.params, settings.seed)
+    with single_thread():
+        t0 = time.process_time()
+        model = ESTIMATORS[settings.learner](**params).fit(ds.train, ds.schema)
+        return model, time.process_time() - t0
+
+
+def classification(proba: np.ndarray, truth: np.ndarray) -> dict:
+    """accuracy, F1 of the positive class (binary labels) and macro-F1."""
+    pred = proba.argmax(axis=1)
+    known = ~np.isnan(truth)
+    pred, truth = pred[known], truth[known].astype(int)
+    out = {"accuracy": float((pred == truth).mean()),
+           "f1_macro": float(f1_score(truth, pred, average="macro"))}
+    if proba.shape[1] == 2:
+        out["f1"] = float(f1_score(truth, pred, pos_label=1))
+    return out
+
+
+def evaluate(model_ll: np.ndarray, proba: np.ndarray | None, ds: Dataset) -> dict:
+    out = {"test_loglik": float(model_ll.mean())}
+    if proba is not None:
+        out.update(classification(proba, ds.test[ds.schema.label].to_numpy(dtype=float)))
+    return out
+
+
+def fit_inprocess(part, settings: FitSettings, mode: str = "processes") -> tuple[FedPC, "InProcessFederation"]:
+    fed = InProcessFederation(part, HANDLERS, mode=mode)
+    try:
+        return fit_fedpc(fed, **settings.fit_args()), fed
+    except BaseException:
+        fed.close()
+        raise
+
+
+def flower_procedure(fed, fit: dict, test: str, target: str | None = None, out: str | None = None) -> dict:
+    """Runs inside the Flower ServerApp: fit, evaluate the test rows in ``test`` (npz), save."""
+    model = fit_fedpc(fed, **fit)
+    with np.load(test, allow_pickle=False) as z:
+        X = z["X"]
+    result = {"info": model.info, "test_ll": model.log_likelihood(X).tolist()}
+    if target is not None:
+        result["proba"] = model.predict_proba(X, target).tolist()
+    if out is not None:
+        model.save(out)
+    return result
+
+
+def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
+              mode: str = "processes") -> tuple[FedPC | None, dict]:
+    """Partition, fit, evaluate (and save to ``out``); see the module doc for the report."""
+    if settings.backend not in BACKENDS:
+        raise FedpgmError(f"unknown backend '{settings.backend}'; use inprocess or flower")
+    part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
+    label = ds.schema.label
+    wall = time.perf_counter()
+    if settings.backend == "inprocess":
+        model, fed = fit_inprocess(part, settings, mode)
+        with fed:
+            wall = time.perf_counter() - wall
+            ll = model.log_likelihood(ds.test)
+            proba = model.predict_proba(ds.test) if label else None
+            if out is not None:
+                model.save(out)
+        info = model.info
+    else:
+        info, ll, proba = fit_flower(part, ds, settings, out)
+        wall = time.perf_counter() - wall
+        model = FedPC.load(out) if out is not None else None
+    comm = info["communication"]
+    report = {"dataset": ds.name, "split": settings.split, "clients": settings.clients,
+              "backend": settings.backend, "seed": settings.seed, "settings": asdict(settings),
+              **evaluate(ll, proba, ds), "train_seconds": info["train_seconds"], "federated_wall_seconds": wall,
+              "critical_path_seconds": info["critical_path_seconds"],
+              "client_seconds": info["client_seconds"], "server_seconds": info["server_seconds"],
+              "bytes_up": comm["bytes_up"], "bytes_down": comm["bytes_down"], "messages": comm["messages"],
+              "rounds": comm["rounds"], "plan": info["plan"], "n_train": len(ds.train), "n_test": len(ds.test)}
+    for key in ("n_nodes", "n_edges", "n_params"):
+        if key in info:
+            report[key] = info[key]
+    if settings.centralized:
+        central, seconds = centralized(ds, settings)
+        report["centralized_test_loglik"] = central.score(ds.test)
+        if label:
+            c = classification(central.predict_proba(ds.test), ds.test[label].to_numpy(dtype=float))
+            report.update({f"centralized_{k}": v for k, v in c.items()})
+        report["centralized_train_seconds"] = seconds
+        report["relative_runtime"] = info["critical_path_seconds"] / seconds
+    return model, report
+
+
+def fit_flower(part, ds: Dataset, settings: FitSettings, out) -> tuple[dict, np.ndarray, np.ndarray | None]:
+    """The same fit on a loopback Flower deployment (SuperLink + one SuperNode per client)."""
+    from fedpgm.federation.deploy import LoopbackDeployment
+
+    with tempfile.TemporaryDirectory(prefix="fedpgm-fedpc-") as tmp:
+        tmp = Path(tmp)
+        part.write(tmp / "partition")
+        np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
+        args = {"fit": settings.fit_args(), "test": str(tmp / "test.npz"), "target": ds.schema.label,
+                "out": None if out is None else str(Path(out).resolve())}
+        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower") as dep:
+            result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args, timeout=1800)
+    proba = np.asarray(result["proba"]) if "proba" in result else None
+    return result["info"], np.asarray(result["test_ll"]), proba
+
+
+def summary_line(report: dict) -> str:
+    parts = [f"{report['dataset']} {report['split']} x{report['clients']}",
+             f"test LL {report['test_loglik']:.3f}"]
+    if "centralized_test_loglik" in report:
+        parts.append(f"(centralized {report['centralized_test_loglik']:.3f})")
+    if "accuracy" in report:
+        parts.append(f"accuracy {report['accuracy']:.3f}, macro-F1 {report['f1_macro']:.3f}")
+    if "relative_runtime" in report:
+        parts.append(f"relative runtime {report['relative_runtime']:.2f}")
+    parts.append(f"{report['bytes_up'] + report['bytes_down']:,} bytes")
+    return ", ".join(parts)
+
+
+def write_json(report: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(report, indent=1, default=float) + "\n")
