@@ -1,0 +1,135 @@
+"""SplitNN (Vepakomma et al. 2018; Ceballos et al. 2020) over a vertical federation.
+
+Each client keeps a bottom MLP on its own columns; the server (the active party, which receives
+the label column from the client holding it) keeps the top MLP over the concatenated client
+embeddings. Per mini-batch: ``forward`` (the server names the batch by row positions in row-id
+order; clients reply with embeddings), the server's top step, then ``backward`` (each client
+receives the gradient of its embeddings and takes an SGD-with-momentum step). Bottom weights and
+momentum live in the client state as arrays, so every backend can keep them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedpgm.baselines.tabular import encode, local_moments, merge_moments, mlp
+from fedpgm.data.schema import Schema
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.base import Federation
+from fedpgm.federation.codec import Message
+from fedpgm.federation.handlers import ClientContext, HandlerSet
+
+HANDLERS = HandlerSet("splitnn")
+
+
+def ordered(frame):
+    return frame.sort_index()
+
+
+@HANDLERS.query("describe")
+def describe(request: Message, ctx: ClientContext) -> Message:
+    ids = "\n".join(map(str, ordered(ctx.data.train).index))
+    return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ctx.data.train),
+                                       "moments": local_moments(ctx.data.train, ctx.data.schema),
+                                       "ids_digest": hashlib.sha256(ids.encode()).hexdigest()})
+
+
+@HANDLERS.query("labels")
+def labels(request: Message, ctx: ClientContext) -> Message:
+    """The label column in row-id order (what the active party needs), train and test."""
+    name = ctx.data.schema.label
+    out = {"train": ordered(ctx.data.train)[name].to_numpy(dtype=np.int64)}
+    if ctx.data.test is not None:
+        out["test"] = ordered(ctx.data.test)[name].to_numpy(dtype=np.int64)
+    return Message("labels", out)
+
+
+def bottom(ctx: ClientContext, cfg: dict) -> nn.Module:
+    schema = ctx.data.schema
+    width = encode(ctx.data.train.iloc[:0], schema, cfg["stats"]).shape[1]
+    torch.manual_seed(int(cfg["seed"]))
+    model = mlp(width, cfg["embedding"], cfg["hidden"], 1)
+    keys = [k for k in ctx.state if k.startswith("bottom/")]
+    if keys:
+        model.load_state_dict({k[7:]: torch.from_numpy(ctx.state[k]) for k in keys})
+    return model
+
+
+def inputs(ctx: ClientContext, cfg: dict, split: str) -> torch.Tensor:
+    frame = ordered(getattr(ctx.data, split))
+    return torch.from_numpy(encode(frame, ctx.data.schema, {k: tuple(v) for k, v in cfg["stats"].items()}))
+
+
+@HANDLERS.train("forward")
+def forward(request: Message, ctx: ClientContext) -> Message:
+    cfg = request.config
+    x = inputs(ctx, cfg, cfg.get("split", "train"))
+    rows = request.arrays.get("rows")
+    with torch.no_grad():
+        emb = bottom(ctx, cfg)(x if rows is None else x[torch.from_numpy(rows)])
+    return Message("forward", {"embedding": emb.numpy()})
+
+
+@HANDLERS.train("backward")
+def backward(request: Message, ctx: ClientContext) -> Message:
+    cfg = request.config
+    start = time.process_time()
+    model = bottom(ctx, cfg)
+    x = inputs(ctx, cfg, "train")[torch.from_numpy(request.arrays["rows"])]
+    model(x).backward(torch.from_numpy(request.arrays["grad"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            buf = ctx.state.get(f"momentum/{name}")
+            buf = p.grad.numpy() if buf is None else cfg["momentum"] * buf + p.grad.numpy()
+            ctx.state[f"momentum/{name}"] = buf
+            p -= cfg["lr"] * torch.from_numpy(buf)
+    ctx.state.update({f"bottom/{k}": v.numpy().copy() for k, v in model.state_dict().items()})
+    return Message("backward", config={"seconds": time.process_time() - start})
+
+
+def splitnn(fed: Federation, epochs: int = 20, lr: float = 0.05, momentum: float = 0.9, batch_size: int = 256,
+            hidden: int = 64, embedding: int = 16, seed: int = 0) -> dict:
+    """Train; returns {"predict_test": (rows, classes) test probabilities, "test_labels", ...}."""
+    described = fed.broadcast("describe").require_all()
+    schemas = {c: Schema.from_dict(m.config["schema"]) for c, m in described.items()}
+    if len({m.config["ids_digest"] for m in described.values()}) != 1:
+        raise FedpgmError("SplitNN needs a vertical federation whose clients hold the same row ids")
+    holders = [c for c, s in schemas.items() if s.label is not None]
+    if not holders:
+        raise FedpgmError("no client holds the label; SplitNN needs one that does")
+    label_schema = schemas[holders[0]]
+    stats = merge_moments([m.config["moments"] for m in described.values()])
+    lab = fed.send(holders[0], "labels").require_all()[holders[0]]
+    y = torch.from_numpy(lab.arrays["train"])
+    classes = label_schema[label_schema.label].cardinality
+    clients = list(described)
+    cfg = {"stats": stats, "hidden": hidden, "embedding": embedding, "seed": seed, "lr": lr, "momentum": momentum}
+    per = {c: ({}, {**cfg, "seed": seed + i}) for i, c in enumerate(clients)}
+    torch.manual_seed(seed)
+    top = mlp(embedding * len(clients), classes, hidden, 1)
+    opt = torch.optim.SGD(top.parameters(), lr=lr, momentum=momentum)
+    gen = torch.Generator().manual_seed(seed)
+    n = len(y)
+    for _ in range(epochs):
+        for idx in torch.randperm(n, generator=gen).split(batch_size):
+            rows = idx.numpy().astype(np.int64)
+            fwd = fed.broadcast("forward", per_client={c: ({"rows": rows}, per[c][1]) for c in clients}).require_all()
+            emb = [torch.from_numpy(fwd[c].arrays["embedding"]).requires_grad_(True) for c in clients]
+            opt.zero_grad()
+            nn.functional.cross_entropy(top(torch.cat(emb, dim=1)), y[idx]).backward()
+            opt.step()
+            fed.broadcast("backward", per_client={c: ({"rows": rows, "grad": e.grad.numpy()}, per[c][1])
+                                                  for c, e in zip(clients, emb)}).require_all()
+    out = {"communication": fed.ledger.totals(),  # training traffic (the test pass below is not) "top_params": sum(p.numel() for p in top.parameters())}
+    if "test" in lab.arrays:
+        fwd = fed.broadcast("forward", per_client={c: ({}, {**per[c][1], "split": "test"}) for c in clients}).require_all()
+        with torch.no_grad():
+            logits = top(torch.cat([torch.from_numpy(fwd[c].arrays["embedding"]) for c in clients], dim=1))
+        out["test_proba"] = torch.softmax(logits, dim=1).numpy()
+        out["test_labels"] = lab.arrays["test"]
+    return out
