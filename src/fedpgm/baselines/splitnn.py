@@ -125,7 +125,8 @@ def splitnn(fed: Federation, epochs: int = 20, lr: float = 0.05, momentum: float
             opt.step()
             fed.broadcast("backward", per_client={c: ({"rows": rows, "grad": e.grad.numpy()}, per[c][1])
                                                   for c, e in zip(clients, emb)}).require_all()
-    out = {"communication": fed.ledger.totals(),  # training traffic (the test pass below is not) "top_params": sum(p.numel() for p in top.parameters())}
+    # training traffic only (the test pass below is not counted)
+    out = {"communication": fed.ledger.totals(), "top_params": sum(p.numel() for p in top.parameters())}
     if "test" in lab.arrays:
         fwd = fed.broadcast("forward", per_client={c: ({}, {**per[c][1], "split": "test"}) for c in clients}).require_all()
         with torch.no_grad():
