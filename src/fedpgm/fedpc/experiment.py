@@ -105,11 +105,15 @@ def fit_inprocess(part, settings: FitSettings, mode: str = "processes") -> tuple
         raise
 
 
-def flower_procedure(fed, fit: dict, test: str, target: str | None = None, out: str | None = None) -> dict:
-    """Runs inside the Flower ServerApp: fit, evaluate the test rows in ``test`` (npz), save."""
+def flower_procedure(fed, fit: dict, test: str, columns: list[str], target: str | None = None,
+                     out: str | None = None) -> dict:
+    """Runs inside the Flower ServerApp: fit, evaluate the test rows in ``test`` (npz with ``X``,
+    one column per name in ``columns``), save."""
+    import pandas as pd
+
     model = fit_fedpc(fed, **fit)
     with np.load(test, allow_pickle=False) as z:
-        X = z["X"]
+        X = pd.DataFrame(z["X"], columns=columns)
     result = {"info": model.info, "test_ll": model.log_likelihood(X).tolist()}
     if target is not None:
         result["proba"] = model.predict_proba(X, target).tolist()
@@ -169,7 +173,8 @@ def fit_flower(part, ds: Dataset, settings: FitSettings, out) -> tuple[dict, np.
         tmp = Path(tmp)
         part.write(tmp / "partition")
         np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
-        args = {"fit": settings.fit_args(), "test": str(tmp / "test.npz"), "target": ds.schema.label,
+        args = {"fit": settings.fit_args(), "test": str(tmp / "test.npz"), "columns": ds.schema.names,
+                "target": ds.schema.label,
                 "out": None if out is None else str(Path(out).resolve())}
         with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower") as dep:
             result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args, timeout=1800)

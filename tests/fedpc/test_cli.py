@@ -1,0 +1,40 @@
+import json
+
+import pandas as pd
+
+REQUIRED = ("dataset", "split", "clients", "backend", "seed", "test_loglik", "centralized_test_loglik", "accuracy",
+            "f1_macro", "train_seconds", "critical_path_seconds", "centralized_train_seconds", "relative_runtime",
+            "bytes_up", "bytes_down", "messages")
+
+
+def test_fit_evaluate_query(cli, tmp_path):
+    model, report = tmp_path / "m", tmp_path / "r.json"
+    code, out, err = cli("fedpc", "fit", "breast_cancer", "--split", "vertical", "--clients", "2", "--glue",
+                         "aligned", "--clusters", "4", "--min-instances", "50", "--out", model, "--json", report)
+    assert code == 0, err
+    r = json.loads(report.read_text())
+    assert all(k in r for k in REQUIRED)
+    assert r["split"] == "vertical" and r["clients"] == 2 and r["accuracy"] > 0.85 and "f1" in r
+    assert r["relative_runtime"] == r["critical_path_seconds"] / r["centralized_train_seconds"]
+    code, out, err = cli("fedpc", "evaluate", model, "breast_cancer", "--json", tmp_path / "e.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "e.json").read_text())["test_loglik"] == r["test_loglik"]
+    rows = tmp_path / "rows.csv"
+    pd.DataFrame({"mean_radius": [12.0, 20.0], "mean_texture": [15.0, None]}).to_csv(rows, index=False)
+    code, out, err = cli("fedpc", "query", model, "--evidence", rows, "--target", "target")
+    assert code == 0, err
+    assert out.splitlines()[0] == "row_id,p(target=malignant),p(target=benign)" and len(out.splitlines()) == 3
+    code, out, err = cli("fedpc", "query", model, "--evidence", rows)
+    assert code == 0 and "log_likelihood" in out
+
+
+def test_bad_input_exits_2_and_writes_nothing(cli, tmp_path):
+    for args, message in ((("--split", "diagonal"), "split"),
+                          (("--split", "vertical", "--placement", "split", "--out", tmp_path / "m"), "--placement server"),
+                          (("--split", "vertical", "--clusters", "100000"), "clusters requested"),
+                          (("--split", "vertical", "--glue", "magic"), "unknown glue")):
+        code, _, err = cli("fedpc", "fit", "wine", "--clients", "2", *args, "--json", tmp_path / "r.json")
+        assert code == 2 and err.startswith("error:") and message in err, err
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "m").exists()
+    code, _, err = cli("fedpc", "evaluate", tmp_path, "wine")
+    assert code == 2 and "no fedpc.json" in err

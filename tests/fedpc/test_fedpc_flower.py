@@ -1,0 +1,21 @@
+import numpy as np
+import pytest
+
+from fedpgm.data import load_dataset
+from fedpgm.fedpc.experiment import FitSettings, run_fedpc
+from fedpgm.fedpc.model import FedPC
+
+
+@pytest.mark.slow
+def test_fedpc_on_flower_gives_the_in_process_model(tmp_path):
+    ds = load_dataset("wine", seed=0)
+    settings = dict(split="hybrid", clients=2, clusters=2, seed=1, centralized=False,
+                    params={"min_instances_slice": 30})
+    _, local = run_fedpc(ds, FitSettings(backend="inprocess", **settings), out=tmp_path / "local")
+    _, remote = run_fedpc(ds, FitSettings(backend="flower", **settings), out=tmp_path / "flower")
+    assert remote["backend"] == "flower"
+    assert remote["test_loglik"] == pytest.approx(local["test_loglik"], rel=1e-10)
+    assert remote["accuracy"] == local["accuracy"]
+    assert remote["bytes_up"] == local["bytes_up"]  # the same messages, byte for byte
+    a, b = FedPC.load(tmp_path / "local"), FedPC.load(tmp_path / "flower")
+    np.testing.assert_allclose(a.log_likelihood(ds.test), b.log_likelihood(ds.test), rtol=1e-12)
