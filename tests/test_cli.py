@@ -94,4 +94,8 @@ def test_console_script_exit_code(tmp_path):
 def test_demo_runs(cli):
     code, out, _ = cli("demo")
     assert code == 0
-    assert "horizontal partition, 5 clients" in out and "hybrid partition, 2 clients" in out
+    rows = {line.split()[0] + " " + line.split()[1]: line.split()[2:] for line in out.splitlines()
+            if line.strip().startswith(("horizontal x5", "vertical x2", "hybrid x2"))}
+    assert sorted(rows) == ["horizontal x5", "hybrid x2", "vertical x2"]
+    for cells in rows.values():  # LL cent., LL fed., accuracy, rel. time, kB sent
+        assert 0.85 < float(cells[2]) <= 1.0 and 0 < float(cells[3]) < 1.0 and float(cells[4]) > 0

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -141,15 +142,15 @@ def demo() -> None:
 
     ds = load("breast_cancer", None, 0)
     table = Table(title=f"FedPC on {ds.name} ({len(ds.train)} train / {len(ds.test)} test rows; "
-                        "log-likelihoods in nats per test row)")
-    for col in ("federation", "LL cent.", "LL fed.", "acc. cent.", "acc. fed.", "rel. runtime", "bytes"):
-        table.add_column(col, justify="right")
+                        "LL = test log-likelihood, nats per row)", box=box.SIMPLE, padding=(0, 1))
+    for col in ("federation   ", "LL cent.", "LL fed.", "accuracy", "rel. time", "sent kB"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for split, k, opts in DEMO_SETTINGS:
         settings = FitSettings(split=split, clients=k, partition=opts, clusters=2,
                                glue="random", params={"min_instances_slice": 50})
         _, r = run_with_progress(ds, settings, None)
         table.add_row(f"{split} x{k}", f"{r['centralized_test_loglik']:.3f}", f"{r['test_loglik']:.3f}",
-                      f"{r['centralized_accuracy']:.3f}", f"{r['accuracy']:.3f}", f"{r['relative_runtime']:.2f}",
-                      f"{r['bytes_up'] + r['bytes_down']:,}")
+                      f"{r['accuracy']:.3f}", f"{r['relative_runtime']:.2f}",
+                      f"{(r['bytes_up'] + r['bytes_down']) / 1000:.1f}")
     console.print(table)
-    console.print("relative runtime = (slowest client + server) / centralized, CPU seconds, one thread each")
+    console.print("rel. time = (slowest client + server) / centralized LearnSPN; CPU seconds, one thread each")
