@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from pathlib import Path
 
 
 def median_time(fn, repeats: int = 3, warmup: bool = False) -> tuple[float, list[float], object]:
@@ -26,3 +27,29 @@ def emit(report: dict, out: str | None) -> None:
     if out:
         with open(out, "w") as f:
             f.write(text + "\n")
+
+
+def mean_std(values: list[float]) -> dict:
+    """{"mean", "std" (sample; 0 for one value), "runs"}."""
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "runs": list(values)}
+
+
+def bar_panels(table: dict, path: str | Path, metric: str, xlabel: str, log: bool = False,
+               color=lambda key: "tab:blue") -> None:
+    """One horizontal bar panel per dataset of ``table[dataset][method][metric]`` (mean +- std)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(table), figsize=(5 * len(table), 4), squeeze=False)
+    for ax, (name, cell) in zip(axes[0], table.items()):
+        keys = [k for k in cell if metric in cell[k]]
+        ax.barh(range(len(keys)), [cell[k][metric]["mean"] for k in keys], log=log,
+                xerr=None if log else [cell[k][metric]["std"] for k in keys], color=[color(k) for k in keys])
+        ax.set_yticks(range(len(keys)), keys, fontsize=7)
+        ax.set_title(name)
+        ax.set_xlabel(xlabel)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -14,15 +14,13 @@ bytes; mean +- std over seeds. Writes a PNG of bytes beside the JSON.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import emit  # noqa: E402
+from common import bar_panels, emit, mean_std  # noqa: E402
 
-import numpy as np  # noqa: E402
 from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: E402
 
 from fedpgm.baselines.fedavg import fedavg, predict_proba  # noqa: E402
@@ -56,7 +54,7 @@ def run_seed(name: str, seed: int, args) -> dict:
         s = FitSettings(split=split, clients=k, partition=options(split), seed=seed, centralized=False,
                         params={"min_instances_slice": args.min_instances}, **glue)
         _, r = run_fedpc(ds, s)
-        out[f"FC[PC] {split} x{k}"] = {m: r[m] for m in ("accuracy", "f1", "f1_macro")} | {
+        out[f"FC[PC] {split} x{k}"] = {m: r.get(m) for m in ("accuracy", "f1", "f1_macro")} | {
             "bytes": r["bytes_up"] + r["bytes_down"], "n_params": r.get("n_params")}
         part = partition(ds, split, k, seed, **options(split))
         t0 = time.perf_counter()
@@ -96,31 +94,14 @@ def main() -> None:
             for metric in runs[0][method]:
                 vals = [r[method][metric] for r in runs if r[method].get(metric) is not None]
                 if vals:
-                    cell[metric] = {"mean": statistics.fmean(vals),
-                                    "std": statistics.stdev(vals) if len(vals) > 1 else 0.0}
+                    cell[metric] = mean_std(vals)
             table[name][method] = cell
     emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds,
           "min_instances_slice": args.min_instances, "fedavg_rounds": args.rounds,
           "splitnn_epochs": args.epochs, "table": table}, args.out)
     if args.out:
-        plot(table, Path(args.out).with_suffix(".png"))
-
-
-def plot(table: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(table), figsize=(5 * len(table), 4), squeeze=False)
-    for ax, (d, cell) in zip(axes[0], table.items()):
-        keys = [k for k in cell if "bytes" in cell[k]]
-        ax.barh(range(len(keys)), [cell[k]["bytes"]["mean"] for k in keys], log=True,
-                color=["tab:blue" if k.startswith("FC") else "tab:orange" for k in keys])
-        ax.set_yticks(range(len(keys)), keys, fontsize=7)
-        ax.set_title(f"{d}: bytes to train")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+        bar_panels(table, Path(args.out).with_suffix(".png"), "bytes", "bytes to train (log scale)", log=True,
+                   color=lambda k: "tab:blue" if k.startswith("FC") else "tab:orange")
 
 
 if __name__ == "__main__":

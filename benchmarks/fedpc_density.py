@@ -12,23 +12,17 @@ and writes a PNG beside it.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import emit  # noqa: E402
+from common import bar_panels, emit, mean_std  # noqa: E402
 
 from fedpgm.data import load_dataset  # noqa: E402
 from fedpgm.fedpc.experiment import FitSettings, centralized, run_fedpc  # noqa: E402
 
 SPLITS = (("horizontal", 5, {"scheme": "label-skew"}), ("vertical", 2, {}), ("hybrid", 2, {}))
 METHODS = {"random K=2 (paper)": {"glue": "random", "clusters": 2}, "aligned K=8": {"glue": "aligned", "clusters": 8}}
-
-
-def mean_std(values: list[float]) -> dict:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "runs": values}
 
 
 def main() -> None:
@@ -69,26 +63,8 @@ def main() -> None:
     report = {"benchmark": "fedpc_density (Table 1)", "seeds": args.seeds, "table": table}
     emit(report, args.out)
     if args.out:
-        plot(table, Path(args.out).with_suffix(".png"))
-
-
-def plot(table: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(table), figsize=(5 * len(table), 4), squeeze=False)
-    for ax, (d, cell) in zip(axes[0], table.items()):
-        keys = list(cell)
-        means = [cell[k]["test_loglik"]["mean"] for k in keys]
-        stds = [cell[k]["test_loglik"]["std"] for k in keys]
-        ax.barh(range(len(keys)), means, xerr=stds, color=["grey"] + ["tab:blue"] * (len(keys) - 1))
-        ax.set_yticks(range(len(keys)), keys, fontsize=7)
-        ax.set_title(d)
-        ax.set_xlabel("test log-likelihood (nats/row)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+        bar_panels(table, Path(args.out).with_suffix(".png"), "test_loglik", "test log-likelihood (nats/row)",
+                   color=lambda k: "grey" if k == "centralized" else "tab:blue")
 
 
 if __name__ == "__main__":

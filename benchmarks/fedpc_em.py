@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import emit  # noqa: E402
+from common import emit, mean_std  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -70,8 +69,7 @@ def main() -> None:
             em(circuit, X, args.em_iterations)
             emll.append(FedPC(model.schema, model.plan, circuit).score(ds.test))
             print(f"{name} seed {seed}: one-pass {onepass[-1]:.3f}, EM {emll[-1]:.3f}", file=sys.stderr, flush=True)
-        cell = {k: {"mean": statistics.fmean(v), "std": statistics.stdev(v) if len(v) > 1 else 0.0, "runs": v}
-                for k, v in (("one-pass", onepass), ("EM", emll))}
+        cell = {"one-pass": mean_std(onepass), "EM": mean_std(emll)}
         cell["one_pass_relative_gap"] = (cell["EM"]["mean"] - cell["one-pass"]["mean"]) / abs(cell["EM"]["mean"])
         table[name] = cell
     emit({"benchmark": "fedpc_em (Table 3)", "seeds": args.seeds, "em_iterations": args.em_iterations,

@@ -28,6 +28,13 @@ Label = Annotated[Optional[str], typer.Option("--label", help="Label column (csv
 SchemaFile = Annotated[Optional[Path], typer.Option("--schema", help="Schema JSON for csv: sets")]
 Missing = Annotated[Optional[str], typer.Option("--missing", help="Missing values: keep or impute")]
 TestSize = Annotated[Optional[float], typer.Option("--test-size", help="Test fraction (random splits)")]
+# query options shared by every saved-model `query` command (see answer_queries)
+Evidence = Annotated[Path, typer.Option(help="CSV of rows; absent or empty cells are unobserved")]
+QueryColumns = Annotated[Optional[str], typer.Option("--query", help="comma-separated query columns: "
+                                                     "log p(Q | rest)")]
+Target = Annotated[Optional[str], typer.Option(help="discrete column: p(target = each state | rest)")]
+Mpe = Annotated[bool, typer.Option(help="complete the unobserved cells by max-product")]
+AnswersOut = Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here (default stdout)")]
 
 
 def load(dataset: str, data_dir, seed, rows=None, label=None, schema=None, missing=None,
@@ -242,11 +249,11 @@ def pc_fit(
 @pc_app.command("query")
 def pc_query(
     model_dir: Path,
-    evidence: Annotated[Path, typer.Option(help="CSV of rows; absent or empty cells are unobserved")],
-    query: Annotated[Optional[str], typer.Option(help="comma-separated query columns: log p(Q | rest)")] = None,
-    target: Annotated[Optional[str], typer.Option(help="discrete column: p(target = each state | rest)")] = None,
-    mpe: Annotated[bool, typer.Option(help="complete the unobserved cells by max-product")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here (default stdout)")] = None,
+    evidence: Evidence,
+    query: QueryColumns = None,
+    target: Target = None,
+    mpe: Mpe = False,
+    out: AnswersOut = None,
 ) -> None:
     """Answer marginal (default), conditional, classification or MPE queries from a CSV."""
     from fedpgm.circuits.estimator import CircuitEstimator

@@ -10,8 +10,8 @@ from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fedpgm.cli import (DataDir, Label, Missing, Rows, SchemaFile, Seed, TestSize, answer_queries, console,
-                        load, print_communication)
+from fedpgm.cli import (AnswersOut, DataDir, Evidence, Label, Missing, Mpe, QueryColumns, Rows, SchemaFile,
+                        Seed, Target, TestSize, answer_queries, console, load, print_communication)
 from fedpgm.errors import FedpgmError
 
 fedpc_app = typer.Typer(no_args_is_help=True, help="Federated probabilistic circuits (FedPC): one-pass "
@@ -120,11 +120,11 @@ def evaluate(
 @fedpc_app.command("query")
 def query(
     model_dir: Path,
-    evidence: Annotated[Path, typer.Option(help="CSV of rows; absent or empty cells are unobserved")],
-    query: Annotated[Optional[str], typer.Option(help="comma-separated query columns: log p(Q | rest)")] = None,
-    target: Annotated[Optional[str], typer.Option(help="discrete column: p(target = each state | rest)")] = None,
-    mpe: Annotated[bool, typer.Option(help="complete the unobserved cells by max-product")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here (default stdout)")] = None,
+    evidence: Evidence,
+    query: QueryColumns = None,
+    target: Target = None,
+    mpe: Mpe = False,
+    out: AnswersOut = None,
 ) -> None:
     """Marginal (default), conditional, classification or MPE queries on a saved FedPC."""
     from fedpgm.fedpc.model import FedPC
