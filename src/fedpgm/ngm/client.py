@@ -1,0 +1,100 @@
+"""FedNGM client handlers. Replies carry graphs, models and metrics, never rows.
+
+- ``describe``: the schema of the columns held and the number of training rows.
+- ``graph``: the client's dependency graph over all its columns (edge list), recovered from
+  its own rows (``method`` glasso/bn/ngr, ``sparsity``).
+- ``fit``: an NGM on the ``columns`` the server names, under the merged graph ``edges``; kept
+  under the work folder and sent (weights as arrays, the JSON document in the config) so the
+  server can sample from it.
+- ``release``: the global model, kept under the work folder.
+- ``stitch``: the released global model widened for this client's extra columns, trained on
+  its rows, kept; the reply holds the metrics of the global and the stitched model on this
+  client's test rows for the requested ``targets``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.codec import Message
+from fedpgm.federation.handlers import ClientContext, HandlerSet
+from fedpgm.ngm.graph import from_edges, recover_graph, to_edges
+from fedpgm.ngm.metrics import target_metrics
+from fedpgm.ngm.model import NGM, NGMSettings
+from fedpgm.ngm.stitch import stitch as stitch_model
+
+HANDLERS = HandlerSet("ngm")
+FOLDER = "ngm"
+
+
+def model_message(name: str, model: NGM, **config) -> Message:
+    doc, arrays = model.to_payload()
+    return Message(name, arrays, {"model": doc, **config})
+
+
+def model_of(message: Message, where: str) -> NGM:
+    return NGM.from_payload(message.config.get("model"), dict(message.arrays), where)
+
+
+@HANDLERS.query("describe")
+def describe(request: Message, ctx: ClientContext) -> Message:
+    return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ctx.data.train)})
+
+
+@HANDLERS.query("graph")
+def graph(request: Message, ctx: ClientContext) -> Message:
+    cfg = request.config
+    t0 = time.process_time()
+    G = recover_graph(ctx.data.train, ctx.data.schema.with_label(None), cfg.get("method", "glasso"),
+                      float(cfg.get("sparsity", 0.25)))
+    ctx.state["edges"] = to_edges(G)
+    return Message("graph", config={"edges": to_edges(G), "seconds": time.process_time() - t0})
+
+
+@HANDLERS.train("fit")
+def fit(request: Message, ctx: ClientContext) -> Message:
+    cfg = request.config
+    columns = list(cfg["columns"])
+    schema = ctx.data.schema.with_label(None).select(columns)
+    settings = NGMSettings.from_dict(cfg.get("settings", {}))
+    G = None if settings.revealer else from_edges(columns, cfg["edges"])
+    t0 = time.process_time()
+    model = NGM.fit(ctx.data.train[schema.names], schema, G, settings)
+    model.save(ctx.workdir / FOLDER / "local")
+    return model_message("fit", model, n_rows=len(ctx.data.train), seconds=time.process_time() - t0,
+                         epochs=len(model.history))
+
+
+@HANDLERS.train("release")
+def release(request: Message, ctx: ClientContext) -> Message:
+    model_of(request, "released model").save(ctx.workdir / FOLDER / "global")
+    return Message("release", config={"kept": True})
+
+
+@HANDLERS.train("stitch")
+def stitch(request: Message, ctx: ClientContext) -> Message:
+    folder = ctx.workdir / FOLDER / "global"
+    if not folder.is_dir():
+        raise FedpgmError("no released global model to stitch; the server must release one first")
+    model = NGM.load(folder)
+    cfg = request.config
+    settings = NGMSettings.from_dict({**asdict(model.settings), **cfg.get("settings", {})})
+    edges = from_edges(ctx.data.schema.names, ctx.state.get("edges", []))
+    t0 = time.process_time()
+    data = ctx.data.train.drop(columns=[c for c in ctx.data.train.columns if c not in ctx.data.schema])
+    stitched = stitch_model(model, data, ctx.data.schema.with_label(None), edges, settings)
+    stitched.save(ctx.workdir / FOLDER / "stitched")
+    seconds = time.process_time() - t0
+    metrics = {}
+    test = ctx.data.test
+    for target in cfg.get("targets", []):
+        if test is None or target not in model.schema:
+            continue
+        metrics[target] = {"global": target_metrics(model, test, target),
+                           "stitched": target_metrics(stitched, test, target)}
+    extra = [n for n in stitched.names if n not in model.schema]
+    return Message("stitch", config={"extra": extra, "metrics": json.loads(json.dumps(metrics)),
+                                     "seconds": seconds})

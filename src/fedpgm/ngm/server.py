@@ -1,0 +1,133 @@
+"""FedNGM on the server: merge the client graphs, collect client NGMs, distil a global NGM from
+their samples (optionally with public rows), release it only to a large enough federation.
+
+``fit_fedngm(fed, ...)``:
+
+1. ``describe``: each client's columns; the shared features are those every client holds.
+2. ``graph``: each client's graph; the merged graph has the shared features as nodes and the
+   union of the clients' edges among them.
+3. ``fit``: each client trains an NGM on the shared features under the merged graph.
+4. If fewer than ``min_clients`` clients contributed a model, the run refuses: no global
+   model is trained or released, and the result says why.
+5. The server draws samples from every client NGM (in proportion to the clients' rows, or
+   equally), adds public rows if given, and trains the global NGM under the merged graph: its
+   size is that of one NGM whatever the number of clients.
+6. ``release``: the global model goes to every client (the stitch step builds on it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+
+from fedpgm.data.schema import Schema
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.base import Federation
+from fedpgm.ngm.client import model_message, model_of
+from fedpgm.ngm.graph import GRAPH_METHODS, common_features, from_edges, merge_graphs
+from fedpgm.ngm.model import NGM, NGMSettings
+
+ALLOCATIONS = ("proportional", "equal")
+
+
+@dataclass
+class FedNGMResult:
+    """What a FedNGM run produced: the global model (None when refused) and how it got there."""
+
+    global_model: NGM | None
+    client_models: dict[str, NGM]
+    client_graphs: dict[str, nx.Graph]
+    merged: nx.Graph
+    released: bool
+    refusal: str | None = None
+    info: dict = field(default_factory=dict)
+
+
+def check_settings(n_clients: int, min_clients: int, graph_method: str, allocation: str) -> None:
+    if min_clients < 1 or min_clients > n_clients:
+        raise FedpgmError(f"--min-clients {min_clients} must be between 1 and the number of "
+                          f"clients ({n_clients}); lower it or add clients")
+    if graph_method not in GRAPH_METHODS:
+        raise FedpgmError(f"unknown graph method '{graph_method}'; use one of {', '.join(GRAPH_METHODS)}")
+    if allocation not in ALLOCATIONS:
+        raise FedpgmError(f"unknown sample allocation '{allocation}'; use proportional or equal")
+
+
+def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 0.25,
+               settings: NGMSettings | None = None, min_clients: int = 1, samples: int | None = None,
+               allocation: str = "proportional", public: pd.DataFrame | None = None,
+               seed: int = 0) -> FedNGMResult:
+    """Steps 1-6 of the module doc. ``samples``: total synthetic rows (default: the clients'
+    total rows); ``public``: extra rows of the shared features for the global model."""
+    settings = settings or NGMSettings(seed=seed)
+    check_settings(len(fed.clients), min_clients, graph_method, allocation)
+    wall = time.perf_counter()
+    described = fed.broadcast("describe").require_all()
+    schemas = {c: Schema.from_dict(m.config["schema"]).with_label(None) for c, m in described.items()}
+    n_rows = {c: int(m.config["n_rows"]) for c, m in described.items()}
+    shared = common_features(list(schemas.values()))
+    for c, s in schemas.items():
+        first = next(iter(schemas.values()))
+        clash = [n for n in shared if s[n] != first[n]]
+        if clash:
+            raise FedpgmError(f"client '{c}' holds {clash} with other types or categories than "
+                              "the other clients; make the schemas agree")
+    schema = next(iter(schemas.values())).select(shared)
+
+    graphs = fed.broadcast("graph", config={"method": graph_method, "sparsity": sparsity}).require_all()
+    client_graphs = {c: from_edges(schemas[c].names, m.config["edges"]) for c, m in graphs.items()}
+    merged = merge_graphs(list(client_graphs.values()), shared)
+
+    cfg = {"columns": shared, "edges": [list(e) for e in merged.edges()], "settings": asdict(settings)}
+    replies = fed.broadcast("fit", config=cfg)
+    client_models = {c: model_of(m, f"client '{c}' model") for c, m in replies.messages.items()}
+    info = {"clients": fed.clients, "shared_features": shared, "n_rows": n_rows,
+            "client_edges": {c: g.number_of_edges() for c, g in client_graphs.items()},
+            "merged_edges": merged.number_of_edges(),
+            "client_fit_seconds": {c: m.config["seconds"] for c, m in replies.messages.items()},
+            "failed": {c: str(f) for c, f in replies.failures.items()}}
+    if len(client_models) < min_clients:
+        refusal = (f"only {len(client_models)} client(s) contributed a model, fewer than the "
+                   f"federation's threshold of {min_clients}: no global model is trained or released")
+        fed.log(refusal)
+        info.update(wall_seconds=time.perf_counter() - wall, **fed.ledger.totals())
+        return FedNGMResult(None, client_models, client_graphs, merged, False, refusal, info)
+
+    t0 = time.process_time()
+    global_model, rows = distil(client_models, n_rows, merged, settings, samples, allocation, public, seed)
+    info.update(server_seconds=time.process_time() - t0, **rows)
+    doc_msg = model_message("release", global_model)
+    fed.broadcast("release", doc_msg.arrays, doc_msg.config, clients=list(client_models))
+    info.update(wall_seconds=time.perf_counter() - wall, **fed.ledger.totals())
+    return FedNGMResult(global_model, client_models, client_graphs, merged, True, None, info)
+
+
+def distil(models: dict[str, NGM], n_rows: dict[str, int], merged: nx.Graph, settings: NGMSettings,
+           samples: int | None = None, allocation: str = "proportional",
+           public: pd.DataFrame | None = None, seed: int = 0) -> tuple[NGM, dict]:
+    """The global NGM trained on samples of the client ``models`` (plus ``public`` rows) under
+    the ``merged`` graph, and the row counts it saw."""
+    schema = next(iter(models.values())).schema
+    synthetic = draw_samples(models, {c: n_rows[c] for c in models}, samples, allocation, seed)
+    table = synthetic if public is None else pd.concat([synthetic, public[schema.names]], ignore_index=True)
+    return NGM.fit(table, schema, merged, settings), {
+        "synthetic_rows": len(synthetic), "public_rows": 0 if public is None else len(public)}
+
+
+def draw_samples(models: dict[str, NGM], n_rows: dict[str, int], total: int | None,
+                 allocation: str, seed: int) -> pd.DataFrame:
+    """Samples from each client model: ``total`` rows split in proportion to ``n_rows`` or equally."""
+    clients = sorted(models)
+    total = total or sum(n_rows.values())
+    if allocation == "equal":
+        weights = np.ones(len(clients))
+    else:
+        weights = np.array([n_rows[c] for c in clients], dtype=float)
+    counts = np.floor(total * weights / weights.sum()).astype(int)
+    counts[: total - counts.sum()] += 1
+    parts = [models[c].sample(int(k), seed=seed + i) for i, (c, k) in enumerate(zip(clients, counts)) if k > 0]
+    return pd.concat(parts, ignore_index=True)
