@@ -45,7 +45,7 @@ from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
 
 # Handler sets the ClientApp can route to (Flower needs every route at import time).
 KNOWN_HANDLERS = ["fedpgm.federation.reference:HANDLERS", "fedpgm.federation.diagnostics:HANDLERS",
-                  "fedpgm.fedpc.client:HANDLERS"]
+                  "fedpgm.fedpc.client:HANDLERS", "fedpgm.ngm.client:HANDLERS"]
 HELLO = "fedpgm_hello"
 NODE_UNAVAILABLE = 5  # flwr.common.constant.ErrorCode.NODE_UNAVAILABLE
 POLL_S = 0.05

@@ -16,6 +16,7 @@ public-test for the targets, with the paper's comparisons and wall times.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from fedpgm.federation.privacy import PrivacyAudit
 from fedpgm.ngm.graph import plot_graphs
 from fedpgm.ngm.metrics import target_metrics
 from fedpgm.ngm.model import NGM, NGMSettings
-from fedpgm.ngm.server import distil, fit_fedngm
+from fedpgm.ngm.server import check_settings, distil, fit_fedngm
 
 HANDLERS = "fedpgm.ngm.client:HANDLERS"
 SKEW = re.compile(r"^(?P<col>[^=!<>]+?)\s*(?P<op>==|=|!=|>=|<=|>|<)\s*(?P<value>.+)$")
@@ -55,6 +56,7 @@ class ExperimentSettings:
     sparsity: float = 0.25
     min_clients: int = 1
     allocation: str = "proportional"
+    samples_factor: float = 1.0  # synthetic rows = factor x the clients' training rows
     ngm: NGMSettings = field(default_factory=NGMSettings)
     seed: int = 0
     data_dir: str | None = None
@@ -176,6 +178,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     """The whole experiment; returns (global model, report). ``out`` saves the global model."""
     say = progress or (lambda text: None)
     t0 = time.perf_counter()
+    check_settings(s.clients, s.min_clients, s.graph, s.allocation)
     ds, public_train, public_test, clients, shared = build_federation(s)
     settings = NGMSettings.from_dict({**s.ngm.__dict__, "seed": s.seed})
     for y in s.targets:
@@ -186,8 +189,9 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     with InProcessFederation(clients, HANDLERS, mode=mode, audit=audit) as fed:
         say("clients: graphs, local NGMs; server: merge, sample, distil")
         t = time.perf_counter()
-        result = fit_fedngm(fed, s.graph, s.sparsity, settings, s.min_clients, allocation=s.allocation,
-                            seed=s.seed)
+        samples = int(s.samples_factor * sum(len(c.train) for c in clients))
+        result = fit_fedngm(fed, s.graph, s.sparsity, settings, s.min_clients, samples=samples,
+                            allocation=s.allocation, seed=s.seed)
         times["fedngm"] = time.perf_counter() - t
         report = {"dataset": ds.name, "seed": s.seed, "clients": fed.clients, "shared_features": shared,
                   "withheld": dict(zip(fed.clients, s.withhold)), "skew": dict(zip(fed.clients, s.skew)),
@@ -208,7 +212,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     say("global NGM on samples + public-train; centralized NGM")
     t = time.perf_counter()
     with_public, _ = distil(result.client_models, result.info["n_rows"], result.merged, settings,
-                            allocation=s.allocation, public=public_train, seed=s.seed)
+                            samples, s.allocation, public_train, s.seed)
     times["global_public"] = time.perf_counter() - t
     t = time.perf_counter()
     pooled = pd.concat([c.train[shared] for c in clients])
@@ -232,3 +236,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     if out is not None:
         result.global_model.save(out)
     return result.global_model, report
+
+
+def write_json(report: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(report, indent=1, default=float) + "\n")

@@ -2,7 +2,7 @@
 
 Loss (per mini-batch of rows x, network f, feature graph S over F features)::
 
-    fit(x) + lam * log(eps + mean_j || (E P E^T)[:, j] * S^c[:, j] ||_1 / || (E P E^T)[:, j] ||_1)
+    fit(x) + lam * log(eps + mean_j sum_i Share[i, j] * S^c[i, j])
 
 - ``fit``: the mean over features of each feature's loss on its own output columns: MSE on a
   standardised numeric feature, cross-entropy over a categorical feature's one-hot block. The
@@ -10,23 +10,23 @@ Loss (per mini-batch of rows x, network f, feature graph S over F features)::
   output is a distribution, so cross-entropy is its proper loss, and a feature counts once
   however many categories it has.
 - ``P = |W_1|^T ... |W_L|^T`` is the graph-constrained path norm's product of absolute weights,
-  ``E`` the (F, D') feature-to-column membership, so ``E P E^T`` sums the paths between two
-  features' columns; ``S^c`` is the complement of the graph *including the diagonal* (no feature
-  predicts itself); the L1 norm is elementwise (the reference code's spectral norm is a quirk).
-- The masked norm is taken per output feature and divided by that feature's incoming path
-  strength, where the paper divides the whole norm by D^2 (inside the log, a constant factor
+  summed over each pair of features' columns; ``S^c`` is the complement of the graph
+  *including the diagonal* (no feature predicts itself); the norm is elementwise L1 (the
+  reference code's spectral norm is a quirk). ``Share[i, j]`` is P[i, j] per column pair
+  over output j's incoming strength plus the mean feature's (``incoming_share``).
+- Why shares, where the paper divides the whole norm by D^2 (inside the log, a constant factor
   only shifts the loss): the log of the raw norm falls without bound as the network's gain
   shrinks, so it collapses the model to a constant (measured: AUC 0.46 on Adult's income); the
   reference code's row-normalised factors keep mass on every input, so a feature without
   neighbours can never comply (off-graph share stuck near 15%); and one share over all
   features lets a numeric feature read its own input while a 41-category block dominates the
-  total. As per-feature shares, the penalty only falls by moving each feature's incoming
-  strength onto its graph edges.
-- NGR (Neural Graph Revealers): no input graph; with ``s = (P_f + P_f^T) / (2 ||P_f||_1)`` the
-  symmetrised feature-level share, the penalty is ``lam * [log(eps + (sum sqrt(s))^2 / F^2) +
-  log(eps + trace(s))]``: a scale-free sparsity term (1/F^2 when one pair holds all strength,
-  1 when it is spread evenly) and the no-self-dependency term; the revealed graph is the
-  ``sparsity`` fraction of strongest pairs of ``s``.
+  total. Per output feature, the penalty only falls by moving each feature's incoming strength
+  onto its edges, or, for a feature without neighbours, by listening to nothing.
+- NGR (Neural Graph Revealers): no input graph; with ``Ps`` the symmetrised feature-level paths
+  of the row-normalised product (the reference code's form, averaged over each pair's
+  columns), the penalty is ``lam * [log(eps + ||Ps||_1 / F^2) + log(eps + ||diag Ps||_1 / F^2)]``
+  (sparsity and no self-dependency, elementwise L1); the revealed graph is the ``sparsity``
+  fraction of pairs with the largest ``Ps``.
 - Training hides a random subset of each row's inputs (each row draws a rate u ~ U(0, 1) and
   hides each feature with probability u; a hidden input enters at its mean, as an unknown does
   at query time) and scores each output only where its own input was hidden. So no output can
@@ -42,7 +42,8 @@ so that the network reproduces the known values (``mode="iterative"``, the paper
 Sampling visits the features breadth-first over the graph from a random start feature (then
 every other component): the start is drawn from its marginal (quantiles or class frequencies),
 each next feature from its predicted distribution given the features drawn so far (categorical)
-or as the prediction plus a residual drawn from the validation residuals' quantiles (numeric).
+or as the prediction plus a residual drawn from the quantiles of the validation residuals of
+that same prediction (same start, same features before it), so the noise matches the evidence.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class Objective:
         self.layout, self.lam, self.revealer = layout, lam, revealer
         self.F = len(feats)
         self.E = torch.as_tensor(layout.membership())
+        self.widths = self.E.sum(1)
         A = adjacency(graph, layout.schema.names)
         self.outside = torch.as_tensor(1.0 - A) * (1 - torch.eye(self.F)) + torch.eye(self.F)
         blocks = layout.blocks
@@ -137,26 +139,38 @@ class Objective:
         return self.E @ net.path_matrix() @ self.E.T
 
     def off_graph(self, P: torch.Tensor) -> torch.Tensor:
-        """(F,) for each output feature, its incoming path strength from features it has no edge
-        to (itself included), over its own incoming strength plus the mean feature's: the share
-        of off-graph paths, and for a feature without neighbours its strength relative to the
-        others' (so it can fall to zero)."""
-        into = P.sum(0)
-        return (P * self.outside).sum(0) / (into + into.mean()).clamp(min=1e-12)
+        """(F,) each output feature's share of incoming path strength from features it has no
+        edge to (itself included); see ``incoming_share``."""
+        return (incoming_share(P, self.widths) * self.outside).sum(0)
 
     def penalty(self, net: NGMNet) -> torch.Tensor:
-        P = self.feature_paths(net)
-        total = P.sum()
         if self.revealer:
-            share = (P + P.T) / (2 * total)  # symmetric, sums to 1
-            spread = (share + 1e-12).sqrt().sum() ** 2 / self.F ** 2  # 1/F^2 (one pair) .. 1 (even)
-            return torch.log(EPS + spread) + torch.log(EPS + torch.diagonal(share).sum())
-        return torch.log(EPS + self.off_graph(P).mean())
+            Ps = self.revealed_paths(net)
+            return (torch.log(EPS + Ps.sum() / self.F ** 2)
+                    + torch.log(EPS + torch.diagonal(Ps).sum() / self.F ** 2))
+        return torch.log(EPS + self.off_graph(self.feature_paths(net)).mean())
+
+    def revealed_paths(self, net: NGMNet) -> torch.Tensor:
+        """(F, F) NGR's symmetrised feature-level paths of the row-normalised product, averaged
+        over each feature pair's columns."""
+        P = self.E @ net.path_matrix(normalised=True) @ self.E.T / (self.widths[:, None] * self.widths[None, :])
+        return (P + P.T) / 2
 
     def __call__(self, net: NGMNet, inputs: torch.Tensor, scored: torch.Tensor,
                  X: torch.Tensor) -> torch.Tensor:
         """Fit of the ``scored`` values of ``X`` from ``inputs``, plus the penalty."""
         return self.fit(net(inputs), X, scored) + self.lam * self.penalty(net)
+
+
+def incoming_share(P, widths):
+    """(F, F) S[i, j]: output feature j's incoming path strength from feature i (per column
+    pair: a 3-category block sends and receives through 3 columns) over j's total incoming strength
+    plus the mean feature's. A share of j's inputs, and small for every i when j barely listens
+    to anything (a feature without neighbours can comply by listening to nothing)."""
+    P = P / (widths[:, None] * widths[None, :])
+    into = P.sum(0)
+    scale = into + into.mean()
+    return P / (scale.clip(min=1e-12) if isinstance(P, np.ndarray) else scale.clamp(min=1e-12))
 
 
 def hide(X: torch.Tensor, seen: torch.Tensor, layout: Layout,
@@ -226,7 +240,7 @@ class NGM:
     """A fitted neural graphical model over ``layout.schema``'s features with graph ``graph``."""
 
     def __init__(self, layout: Layout, graph: nx.Graph, net: NGMNet, settings: NGMSettings,
-                 residuals: dict[str, list[float]] | None = None, history: list | None = None) -> None:
+                 residuals: dict[str, dict[str, list[float]]] | None = None, history: list | None = None) -> None:
         self.layout, self.graph, self.net, self.settings = layout, graph, net, settings
         self.residuals = residuals or {}
         self.history = history or []
@@ -276,24 +290,28 @@ class NGM:
         model.residuals = model.residual_quantiles(X, seen)
         return model
 
-    def residual_quantiles(self, X: np.ndarray, seen: np.ndarray) -> dict[str, list[float]]:
-        """Quantiles of each numeric feature's standardised residual where its input is hidden,
-        in the training regime (the spread sampling adds to a prediction)."""
+    def residual_quantiles(self, X: np.ndarray, seen: np.ndarray) -> dict[str, dict[str, list[float]]]:
+        """``[start][feature]``: quantiles of a numeric feature's standardised residual on the
+        validation rows when predicted, as sampling does, from the features before it in the
+        breadth-first order from ``start`` (the noise sampling adds to the prediction)."""
         n_val = max(1, int(round(self.settings.val_fraction * len(X))))
         rows = np.random.default_rng(self.settings.seed).permutation(len(X))[:n_val]
-        gen = torch.Generator().manual_seed(self.settings.seed + 2)
-        Xv, Sv = torch.as_tensor(X[rows]), torch.as_tensor(seen[rows], dtype=torch.float32)
-        res = {n: [] for n, f in zip(self.names, self.schema.features) if numeric(f)}
-        with torch.no_grad():
-            for _ in range(5):  # a few hidden subsets per row
-                inputs, scored = hide(Xv, Sv, self.layout, gen)
-                out = self.net(inputs).numpy()
-                for i, (f, b) in enumerate(zip(self.schema.features, self.layout.blocks)):
-                    if numeric(f):
-                        ok = scored[:, i].numpy() > 0
-                        res[f.name].append(X[rows][ok, b.start] - out[ok, b.start])
-        return {n: (np.quantile(np.concatenate(r), QUANTILES).tolist() if sum(map(len, r))
-                    else [0.0] * len(QUANTILES)) for n, r in res.items()}
+        Xv, Sv = X[rows], seen[rows]
+        means = self.layout.means()
+        res: dict[str, dict[str, list[float]]] = {}
+        for start in self.names:
+            x = np.tile(means, (n_val, 1)).astype(np.float32)
+            for k, name in enumerate(self.order_from(start)):
+                i, f, b = self.schema.index(name), self.schema[name], self.layout.block(name)
+                if k > 0 and numeric(f):
+                    with torch.no_grad():
+                        out = self.net(torch.as_tensor(x))[:, b.start].numpy()
+                    ok = Sv[:, i]
+                    r = Xv[ok, b.start] - out[ok]
+                    res.setdefault(start, {})[name] = (np.quantile(r, QUANTILES).tolist() if r.size
+                                                       else [0.0] * len(QUANTILES))
+                x[Sv[:, i], b] = Xv[Sv[:, i], b]  # reveal it, as sampling fixes it
+        return res
 
     # -- the graph the network follows -------------------------------------------------------
     def feature_paths(self) -> np.ndarray:
@@ -310,8 +328,10 @@ class NGM:
             return objective.off_graph(objective.feature_paths(self.net)).numpy()
 
     def revealed_graph(self, sparsity: float) -> nx.Graph:
-        P = self.feature_paths()
-        return top_edges(self.names, (P + P.T) / 2, sparsity)
+        objective = Objective(self.layout, self.graph, True, 0.0)
+        with torch.no_grad():
+            Ps = objective.revealed_paths(self.net).numpy()
+        return top_edges(self.names, Ps * (1 - np.eye(len(Ps))), sparsity)
 
     # -- queries ------------------------------------------------------------------------------
     def check_evidence(self, frame: pd.DataFrame) -> None:
@@ -436,7 +456,7 @@ class NGM:
                 with torch.no_grad():
                     out = self.net(torch.as_tensor(X))[:, b].numpy()
                 if numeric(f):
-                    noise = np.interp(rng.uniform(size=n), QUANTILES, np.asarray(self.residuals[name]))
+                    noise = np.interp(rng.uniform(size=n), QUANTILES, np.asarray(self.residuals[start][name]))
                     q = (np.asarray(stats["quantiles"]) - stats["mean"]) / stats["std"]
                     value = np.clip(out[:, 0] + noise, q[0], q[-1])
                 else:
@@ -477,7 +497,8 @@ class NGM:
             widths = [int(w) for w in doc["widths"]]
             settings = NGMSettings.from_dict(doc["settings"])
             graph = from_edges(layout.schema.names, doc["edges"])
-            residuals = {str(k): [float(x) for x in v] for k, v in doc["residuals"].items()}
+            residuals = {str(s): {str(k): [float(x) for x in v] for k, v in by.items()}
+                         for s, by in doc["residuals"].items()}
         except (KeyError, TypeError, ValueError) as e:
             raise FedpgmError(f"{where} is damaged ({type(e).__name__}: {e}); write it again") from None
         if widths[0] != layout.width or widths[-1] != layout.width:

@@ -45,14 +45,17 @@ class NGMNet(nn.Module):
                 x = F.leaky_relu(x, 0.01)
         return x
 
-    def path_matrix(self) -> torch.Tensor:
+    def path_matrix(self, normalised: bool = False) -> torch.Tensor:
         """(D_in, D_out) P = |W_1|^T |W_2|^T ... |W_L|^T: the summed strength of all paths from
-        input i to output j (the paper's product; unlike the reference code's row-normalised
-        factors, it shrinks when an input's weights do, and rescaling one layer against another,
-        which leaves the function unchanged, leaves it unchanged too)."""
-        P = self.weights[0].abs().T
-        for w in self.weights[1:]:
-            P = P @ w.abs().T
+        input i to output j (the paper's product). ``normalised``: each factor's rows scaled to
+        unit L2 norm first (the reference code's form, which NGR's sparsity term needs: every
+        input then carries the same mass, so the L1 norm measures how spread it is)."""
+        P = None
+        for w in self.weights:
+            factor = w.abs().T
+            if normalised:
+                factor = F.normalize(factor, dim=1)
+            P = factor if P is None else P @ factor
         return P
 
     def freeze(self, frozen: list[torch.Tensor], frozen_bias: list[torch.Tensor]) -> None:

@@ -48,7 +48,7 @@ def widen(net: NGMNet, extra_in: int, extra_hidden: int, seed: int) -> NGMNet:
 
 
 def stitch(model: NGM, frame: pd.DataFrame, schema: Schema, edges: nx.Graph,
-           settings: NGMSettings | None = None, extra_hidden: int = 16) -> NGM:
+           settings: NGMSettings | None = None, extra_hidden: int = 32) -> NGM:
     """The global ``model`` widened for ``schema``'s features it lacks and trained on ``frame``.
 
     ``edges`` holds the client's graph; its edges touching an extra feature join the global

@@ -1,0 +1,204 @@
+"""``fedpgm ngm fit | query | sample | stitch``: federated neural graphical models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from fedpgm.cli import DataDir, Seed, console
+from fedpgm.errors import FedpgmError
+
+ngm_app = typer.Typer(no_args_is_help=True, help="Federated neural graphical models (FedNGM): merged "
+                      "graphs, a global NGM distilled from client samples, per-client stitching.")
+JsonOut = Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")]
+ModelDir = Annotated[Path, typer.Argument(help="An NGM folder (model.json + weights.safetensors)")]
+
+
+@ngm_app.command("fit")
+def fit(
+    dataset: str,
+    clients: Annotated[int, typer.Option(help="Number of clients K")] = 3,
+    skew: Annotated[Optional[list[str]], typer.Option(help="One per client: COLUMN, COLUMN=CATEGORY, "
+                                                           "COLUMN!=CATEGORY or COLUMN>=NUMBER")] = None,
+    withhold: Annotated[Optional[list[str]], typer.Option(help="One feature per client, held only by it "
+                                                               "(stitching adds it back)")] = None,
+    target: Annotated[Optional[list[str]], typer.Option(help="Targets to evaluate (all other features "
+                                                             "observed)")] = None,
+    public_fraction: Annotated[float, typer.Option(help="Share of rows made public (half of them "
+                                                        "public-train, half public-test)")] = 0.5,
+    graph: Annotated[str, typer.Option(help="glasso, bn (pgmpy, moralised) or ngr (revealed)")] = "glasso",
+    sparsity: Annotated[float, typer.Option(help="Fraction of feature pairs kept as edges")] = 0.25,
+    min_clients: Annotated[int, typer.Option(help="Release threshold T: clients that must contribute")] = 1,
+    samples_factor: Annotated[float, typer.Option(help="Synthetic rows per client training row")] = 3.0,
+    epochs: Annotated[int, typer.Option(help="Most training epochs per NGM (early stopping)")] = 200,
+    hidden: Annotated[int, typer.Option(help="Hidden units per layer")] = 64,
+    lam: Annotated[float, typer.Option(help="Weight of the graph penalty")] = 0.1,
+    seed: Seed = 0,
+    data_dir: DataDir = None,
+    json_out: JsonOut = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Folder for the graph plots (PNG)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Save the global NGM here")] = None,
+) -> None:
+    """Run FedNGM on DATASET (e.g. adult): client graphs and NGMs, merged graph, global NGM from
+    samples, stitching; every model on every client's test set and on public-test."""
+    from fedpgm.ngm.experiment import ADULT_DEFAULTS, ExperimentSettings, run_ngm, write_json
+    from fedpgm.ngm.model import NGMSettings
+
+    defaults = ADULT_DEFAULTS if dataset == "adult" else {"skew": [], "withhold": [], "targets": []}
+    settings = ExperimentSettings(
+        dataset=dataset, clients=clients, skew=skew if skew is not None else defaults["skew"][:clients],
+        withhold=withhold if withhold is not None else defaults["withhold"][:clients],
+        targets=target if target is not None else defaults["targets"], public_fraction=public_fraction,
+        graph=graph, sparsity=sparsity, min_clients=min_clients, samples_factor=samples_factor,
+        ngm=NGMSettings(epochs=epochs, hidden=hidden, lam=lam, seed=seed,
+                        revealer=graph == "ngr", sparsity=sparsity),
+        seed=seed, data_dir=str(data_dir) if data_dir else None)
+    if not settings.targets:
+        raise FedpgmError(f"name at least one --target for {dataset}")
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=True) as bar:
+        task = bar.add_task(f"FedNGM on {dataset}, {clients} clients", total=None)
+        model, report = run_ngm(settings, out, plot,
+                                progress=lambda text: bar.update(task, description=f"FedNGM: {text}"))
+    if json_out is not None:
+        write_json(report, json_out)
+    if not report["released"]:
+        console.print(f"[yellow]refused:[/] {report['refusal']}")
+        return
+    print_report(report)
+    if out is not None:
+        console.print(f"global NGM saved to {out}")
+
+
+def print_report(report: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"FedNGM on {report['dataset']} (seed {report['seed']}): primary metric per target",
+                  show_lines=False)
+    table.add_column("model")
+    sets = list(next(iter(report["metrics"].values())))
+    targets = list(next(iter(report["metrics"].values()))[sets[0]])
+    for s in sets:
+        for y in targets:
+            m = report["metrics"]["global"][s][y]
+            table.add_column(f"{s}\n{y} {m['primary']}", justify="right")
+    for model, by_set in report["metrics"].items():
+        table.add_row(model, *[f"{by_set[s][y][by_set[s][y]['primary']]:.3f}" for s in sets for y in targets])
+    console.print(table)
+    c = report["comparisons"]
+    console.print("global beats mean client on public-test: " + ", ".join(
+        f"{y} {'yes' if v['holds'] else 'no'}" for y, v in c["global_beats_mean_client_on_public"].items()))
+    console.print("stitching improves: " + "; ".join(
+        f"{client} " + ", ".join(f"{y} {'yes' if v['holds'] else 'no'}" for y, v in by.items())
+        for client, by in c["stitching_improves"].items()))
+    console.print(f"bytes up {report['bytes_up']:,}, down {report['bytes_down']:,}; "
+                  f"wall {report['times']['total']:.1f} s")
+
+
+def read_evidence(model, path: Path):
+    """An evidence CSV (category names or codes) encoded with the model's schema."""
+    from fedpgm.data.loaders import read_csv_file
+
+    raw = read_csv_file(path)
+    unknown = [c for c in raw.columns if c not in model.schema]
+    if unknown:
+        raise FedpgmError(f"{path}: column(s) {unknown} are not in the model; it knows {model.names}")
+    sub = model.schema.select(raw.columns)
+    for f in sub.features:
+        if f.kind == "continuous":
+            bad = raw[f.name].dropna().map(lambda v: not _is_number(v))
+            if bad.any():
+                raise FedpgmError(f"{path}: column '{f.name}' is numeric but holds "
+                                  f"{raw[f.name].dropna()[bad].iloc[0]!r}; give numbers")
+    return sub.encode(raw, str(path))
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+@ngm_app.command("query")
+def query(
+    model_dir: ModelDir,
+    target: Annotated[str, typer.Option(help="The feature to predict")],
+    evidence: Annotated[Path, typer.Option(help="CSV of observed values (blank = unknown)")],
+    mode: Annotated[str, typer.Option(help="direct (one pass) or iterative (refine unknown inputs)")] = "direct",
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here")] = None,
+) -> None:
+    """Predict TARGET for each evidence row: its expected value or its class probabilities."""
+    import pandas as pd
+
+    from fedpgm.ngm.model import NGM
+
+    model = NGM.load(model_dir)
+    if target not in model.schema:
+        raise FedpgmError(f"target '{target}' is not in the model; it knows {model.names}")
+    frame = read_evidence(model, evidence)
+    pred = model.predict(frame, target, mode=mode)
+    f = model.schema[target]
+    if pred.ndim == 1:
+        answer = pd.DataFrame({f"E[{target}]": pred}, index=frame.index)
+    else:
+        answer = pd.DataFrame(pred, index=frame.index, columns=[f"p({target}={c})" for c in f.categories])
+    write_table(answer, out)
+
+
+@ngm_app.command("sample")
+def sample(
+    model_dir: ModelDir,
+    n: Annotated[int, typer.Option("-n", help="Number of rows")],
+    seed: Seed = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write the samples CSV here")] = None,
+) -> None:
+    """Draw N rows from the model (breadth-first over its graph), category names decoded."""
+    from fedpgm.ngm.model import NGM
+
+    model = NGM.load(model_dir)
+    write_table(model.schema.decode(model.sample(n, seed)), out, index=False)
+
+
+@ngm_app.command("stitch")
+def stitch(
+    model_dir: ModelDir,
+    data: Annotated[Path, typer.Option(help="The client's CSV: the model's features plus its extra ones")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the stitched NGM")],
+    sparsity: Annotated[float, typer.Option(help="Client graph: fraction of pairs kept")] = 0.25,
+    epochs: Annotated[Optional[int], typer.Option(help="Most training epochs")] = None,
+) -> None:
+    """Widen a global NGM for a client's extra features and train only the new blocks on its rows."""
+    from dataclasses import asdict
+
+    from fedpgm.data.loaders import read_csv_file
+    from fedpgm.data.schema import Schema, infer_schema
+    from fedpgm.ngm.graph import glasso_graph
+    from fedpgm.ngm.model import NGM, NGMSettings
+    from fedpgm.ngm.stitch import stitch as stitch_model
+
+    model = NGM.load(model_dir)
+    raw = read_csv_file(data)
+    extra_names = [c for c in raw.columns if c not in model.schema]
+    inferred, _ = infer_schema(raw[extra_names]) if extra_names else (Schema(()), {})
+    schema = Schema(tuple(model.schema[c] for c in raw.columns if c in model.schema) + inferred.features)
+    frame = schema.encode(raw, str(data))
+    settings = model.settings if epochs is None else NGMSettings.from_dict({**asdict(model.settings),
+                                                                          "epochs": epochs})
+    stitched = stitch_model(model, frame, schema, glasso_graph(frame, schema, sparsity), settings)
+    stitched.save(out)
+    console.print(f"stitched NGM with extra feature(s) {extra_names} saved to {out}")
+
+
+def write_table(answer, out: Path | None, index: bool = True) -> None:
+    text = answer.to_csv(float_format="%.10g", index=index)
+    if out is None:
+        print(text, end="")
+    else:
+        out.write_text(text)
+        console.print(f"wrote {len(answer)} rows to {out}")

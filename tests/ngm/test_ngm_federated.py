@@ -1,0 +1,101 @@
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import SCHEMA, chain_frame
+
+from fedpgm.data import ClientData
+from fedpgm.data.schema import Feature, Schema
+from fedpgm.errors import FedpgmError
+from fedpgm.federation import InProcessFederation
+from fedpgm.federation.privacy import PrivacyAudit
+from fedpgm.ngm.graph import from_edges
+from fedpgm.ngm.model import NGM, NGMSettings
+from fedpgm.ngm.server import fit_fedngm
+from fedpgm.ngm.stitch import stitch, widen
+
+HANDLERS = "fedpgm.ngm.client:HANDLERS"
+FAST = NGMSettings(hidden=24, epochs=60, seed=0)
+
+
+def with_w(frame, seed):
+    """``frame`` plus w = c + 0.8 b + small noise: what c adds to b, known only to one client."""
+    return frame.assign(w=frame["c"] + 0.8 * frame["b"] + np.random.default_rng(seed).normal(0, 0.1, len(frame)))
+
+
+def clients(n_rows=(900, 900, 900), extra=True):
+    """Three clients: the chain's features, client-0 also holds w (c's noise given b)."""
+    out = []
+    for k, n in enumerate(n_rows):
+        frame = chain_frame(n, seed=10 + k)
+        schema = SCHEMA
+        if extra and k == 0:
+            frame["w"] = with_w(frame, k)["w"]
+            schema = Schema(SCHEMA.features + (Feature("w", "continuous"),))
+        frame.index.name = "row_id"
+        cut = int(0.8 * n)
+        out.append(ClientData(f"client-{k}", schema, frame.iloc[:cut], frame.iloc[cut:]))
+    return out
+
+
+def test_fedngm_releases_a_global_model_and_no_message_carries_rows():
+    parts = clients()
+    audit = PrivacyAudit(parts)
+    with InProcessFederation(parts, HANDLERS, mode="sequential", audit=audit) as fed:
+        result = fit_fedngm(fed, settings=FAST, min_clients=3)
+        assert result.released and result.global_model is not None
+        assert result.global_model.names == SCHEMA.names  # the shared features only
+        assert set(result.merged.edges()) >= {("b", "c")} or result.merged.has_edge("b", "c")
+        replies = fed.broadcast("stitch", config={"targets": ["c"], "settings": {"epochs": 200}},
+                                clients=["client-0"]).require_all()
+    assert audit.checked >= 4 * 3  # describe, graph, fit, release (+ stitch) from every client
+    m = replies["client-0"].config["metrics"]["c"]
+    assert m["stitched"]["mae"] < 0.8 * m["global"]["mae"]  # w (c's noise) is client-0's extra feature
+    test = chain_frame(800, seed=99)
+    mae = np.abs(result.global_model.predict(test, "b") - test["b"]).mean()
+    assert mae < 0.5 * np.abs(test["b"] - test["b"].mean()).mean()  # learned from samples only
+
+
+def test_release_is_refused_below_the_threshold():
+    parts = clients((900, 900, 1))  # client-2 cannot train: it has one row
+    with InProcessFederation(parts, HANDLERS, mode="sequential") as fed:
+        result = fit_fedngm(fed, settings=FAST, min_clients=3)
+    assert not result.released and result.global_model is None
+    assert "only 2 client(s) contributed" in result.refusal and len(result.client_models) == 2
+    with pytest.raises(FedpgmError, match="between 1 and the number of clients"):
+        with InProcessFederation(clients(), HANDLERS, mode="sequential") as fed:
+            fit_fedngm(fed, settings=FAST, min_clients=4)
+
+
+def test_clients_without_common_features_are_refused():
+    a = ClientData("client-0", Schema((Feature("x", "continuous"),)),
+                   pd.DataFrame({"x": np.arange(10.0)}).rename_axis("row_id"))
+    b = ClientData("client-1", Schema((Feature("y", "continuous"),)),
+                   pd.DataFrame({"y": np.arange(10.0)}).rename_axis("row_id"))
+    with InProcessFederation([a, b], HANDLERS, mode="sequential") as fed:
+        with pytest.raises(FedpgmError, match="no feature in common"):
+            fit_fedngm(fed, settings=FAST)
+
+
+def test_stitched_model_starts_as_the_global_one_and_keeps_its_weights_frozen(chain_model):
+    torch.manual_seed(0)
+    wide = widen(chain_model.net, extra_in=2, extra_hidden=5, seed=1)
+    x = torch.randn(50, chain_model.layout.width)
+    extra = torch.randn(50, 2)
+    with torch.no_grad():
+        before = chain_model.net(x)
+        after = wide(torch.cat([x, extra], 1))[:, : chain_model.layout.width]
+    assert torch.allclose(before, after, rtol=1e-5, atol=1e-5)  # the global outputs, up to float32 rounding
+    frame = with_w(chain_frame(1500, seed=5), 0)
+    schema = Schema(SCHEMA.features + (Feature("w", "continuous"),))
+    graph = from_edges(schema.names, [["w", "b"], ["w", "c"]])
+    stitched = stitch(chain_model, frame, schema, graph, NGMSettings(hidden=32, epochs=40))
+    D = chain_model.layout.width
+    for old, new in zip(chain_model.net.weights, stitched.net.weights):
+        o, i = old.shape
+        assert torch.equal(old.detach(), new.detach()[:o, :i])  # frozen blocks did not move
+    assert stitched.graph.has_edge("w", "b") and stitched.names[-1] == "w"
+    test = with_w(chain_frame(800, seed=6), 1)
+    err_global = np.abs(chain_model.predict(test[SCHEMA.names], "c") - test["c"]).mean()
+    err_stitched = np.abs(stitched.predict(test, "c") - test["c"]).mean()
+    assert err_stitched < 0.8 * err_global and stitched.layout.width == D + 1

@@ -1,0 +1,90 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedpgm.errors import FedpgmError
+from fedpgm.ngm.model import NGM, NGMSettings
+
+
+def test_path_strength_off_the_graph_is_near_zero(chain_model):
+    share = chain_model.off_graph_share()
+    print("off-graph share per feature", np.round(share, 5))
+    assert share.max() < 0.01
+
+
+def test_direct_and_iterative_predictions_use_the_neighbours(chain, chain_model):
+    _, test, _, _ = chain
+    b = chain_model.predict(test, "b")
+    rmse = np.sqrt(((b - test["b"]) ** 2).mean())
+    assert rmse < 0.5 * test["b"].std()  # b given a and c: far better than its mean
+    p = chain_model.predict(test, "k")
+    assert p.shape == (len(test), 3) and np.allclose(p.sum(1), 1)
+    accuracy = (p.argmax(1) == test["k"]).mean()
+    assert accuracy > 0.75 > test["k"].value_counts(normalize=True).max()
+    it = chain_model.predict(test.iloc[:300], "b", mode="iterative", steps=150)
+    rmse_it = np.sqrt(((it - test["b"].iloc[:300]) ** 2).mean())
+    assert rmse_it < 0.7 * test["b"].std()
+    # partial evidence: one pass uses neighbours only; a is not one of c's, b is
+    err = {tuple(ev): np.abs(chain_model.predict(test[ev], "c") - test["c"]).mean()
+           for ev in (["a"], ["b"], ["b", "k"], [])}
+    assert err[("b", "k")] < err[("b",)] < 0.6 * err[()]
+    assert abs(err[("a",)] - err[()]) < 0.02 * err[()]
+
+
+def test_samples_reproduce_marginals_and_correlations(chain, chain_model):
+    train, _, _, _ = chain
+    s = chain_model.sample(4000, seed=3)
+    num = ["a", "b", "c", "z"]
+    for col in num:
+        assert abs(s[col].mean() - train[col].mean()) < 0.15 * train[col].std(), col
+        assert abs(s[col].std() / train[col].std() - 1) < 0.2, col
+    freq_data = train["k"].value_counts(normalize=True).sort_index()
+    freq_samp = s["k"].value_counts(normalize=True).sort_index()
+    assert np.abs(freq_data.to_numpy() - freq_samp.to_numpy()).max() < 0.06
+    corr_data, corr_samp = train[num].corr().to_numpy(), s[num].corr().to_numpy()
+    print("correlations data\n", corr_data.round(2), "\nsamples\n", corr_samp.round(2))
+    assert np.abs(corr_data - corr_samp).max() < 0.15
+
+
+def test_save_load_round_trip_and_damaged_files(chain, chain_model, tmp_path):
+    _, test, _, _ = chain
+    chain_model.save(tmp_path / "m")
+    back = NGM.load(tmp_path / "m")
+    assert np.array_equal(back.predict(test, "k"), chain_model.predict(test, "k"))
+    assert back.sample(50, seed=1).equals(chain_model.sample(50, seed=1))
+    doc = json.loads((tmp_path / "m" / "model.json").read_text())
+    doc["widths"][1] = 7
+    (tmp_path / "m" / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(FedpgmError, match="shape"):
+        NGM.load(tmp_path / "m")
+    (tmp_path / "m" / "weights.safetensors").write_bytes(b"junk")
+    with pytest.raises(FedpgmError, match="cannot read"):
+        NGM.load(tmp_path / "m")
+    with pytest.raises(FedpgmError, match="not an NGM folder"):
+        NGM.load(tmp_path / "nothing")
+
+
+def test_bad_queries_fail_clearly(chain, chain_model):
+    _, test, _, _ = chain
+    with pytest.raises(FedpgmError, match="target 'nope' is not in the model"):
+        chain_model.predict(test, "nope")
+    with pytest.raises(FedpgmError, match="non-numeric"):
+        chain_model.predict(pd.DataFrame({"a": ["x", "y"]}), "b")
+    with pytest.raises(FedpgmError, match="outside 0..2"):
+        chain_model.predict(pd.DataFrame({"k": [5.0]}), "b")
+    with pytest.raises(FedpgmError, match="direct or iterative"):
+        chain_model.predict(test, "b", mode="magic")
+    with pytest.raises(FedpgmError, match="lam"):
+        NGMSettings(lam=-1)
+
+
+def test_revealer_finds_a_numeric_chain_without_a_graph(chain):
+    train, _, schema, _ = chain
+    numeric = schema.select(["a", "b", "c", "z"])
+    model = NGM.fit(train[numeric.names], numeric, None,
+                    NGMSettings(hidden=32, epochs=300, revealer=True, sparsity=2 / 6, lam=0.1))
+    found = {frozenset(e) for e in model.graph.edges()}
+    assert found == {frozenset(("a", "b")), frozenset(("b", "c"))}
+    assert model.off_graph_share().max() < 0.5  # the revealed graph is the one the network follows
