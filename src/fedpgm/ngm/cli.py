@@ -33,7 +33,8 @@ def fit(
     graph: Annotated[str, typer.Option(help="glasso, bn (pgmpy, moralised) or ngr (revealed)")] = "glasso",
     sparsity: Annotated[float, typer.Option(help="Fraction of feature pairs kept as edges")] = 0.25,
     min_clients: Annotated[int, typer.Option(help="Release threshold T: clients that must contribute")] = 1,
-    samples_factor: Annotated[float, typer.Option(help="Synthetic rows per client training row")] = 3.0,
+    samples_factor: Annotated[float, typer.Option(help="Synthetic rows per client training row")] = 1.0,
+    gibbs_sweeps: Annotated[int, typer.Option(help="Gibbs sweeps refining each sample")] = 0,
     epochs: Annotated[int, typer.Option(help="Most training epochs per NGM (early stopping)")] = 200,
     hidden: Annotated[int, typer.Option(help="Hidden units per layer")] = 64,
     lam: Annotated[float, typer.Option(help="Weight of the graph penalty")] = 0.1,
@@ -54,6 +55,7 @@ def fit(
         withhold=withhold if withhold is not None else defaults["withhold"][:clients],
         targets=target if target is not None else defaults["targets"], public_fraction=public_fraction,
         graph=graph, sparsity=sparsity, min_clients=min_clients, samples_factor=samples_factor,
+        gibbs_sweeps=gibbs_sweeps,
         ngm=NGMSettings(epochs=epochs, hidden=hidden, lam=lam, seed=seed,
                         revealer=graph == "ngr", sparsity=sparsity),
         seed=seed, data_dir=str(data_dir) if data_dir else None)
@@ -155,6 +157,7 @@ def query(
 def sample(
     model_dir: ModelDir,
     n: Annotated[int, typer.Option("-n", help="Number of rows")],
+    gibbs_sweeps: Annotated[int, typer.Option(help="Gibbs sweeps refining each sample")] = 0,
     seed: Seed = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the samples CSV here")] = None,
 ) -> None:
@@ -162,7 +165,7 @@ def sample(
     from fedpgm.ngm.model import NGM
 
     model = NGM.load(model_dir)
-    write_table(model.schema.decode(model.sample(n, seed)), out, index=False)
+    write_table(model.schema.decode(model.sample(n, seed, gibbs_sweeps)), out, index=False)
 
 
 @ngm_app.command("stitch")

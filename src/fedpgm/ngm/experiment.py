@@ -57,6 +57,7 @@ class ExperimentSettings:
     min_clients: int = 1
     allocation: str = "proportional"
     samples_factor: float = 1.0  # synthetic rows = factor x the clients' training rows
+    gibbs_sweeps: int = 0
     ngm: NGMSettings = field(default_factory=NGMSettings)
     seed: int = 0
     data_dir: str | None = None
@@ -191,7 +192,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
         t = time.perf_counter()
         samples = int(s.samples_factor * sum(len(c.train) for c in clients))
         result = fit_fedngm(fed, s.graph, s.sparsity, settings, s.min_clients, samples=samples,
-                            allocation=s.allocation, seed=s.seed)
+                            allocation=s.allocation, seed=s.seed, sweeps=s.gibbs_sweeps)
         times["fedngm"] = time.perf_counter() - t
         report = {"dataset": ds.name, "seed": s.seed, "clients": fed.clients, "shared_features": shared,
                   "withheld": dict(zip(fed.clients, s.withhold)), "skew": dict(zip(fed.clients, s.skew)),
@@ -212,7 +213,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     say("global NGM on samples + public-train; centralized NGM")
     t = time.perf_counter()
     with_public, _ = distil(result.client_models, result.info["n_rows"], result.merged, settings,
-                            samples, s.allocation, public_train, s.seed)
+                            samples, s.allocation, public_train, s.seed, s.gibbs_sweeps)
     times["global_public"] = time.perf_counter() - t
     t = time.perf_counter()
     pooled = pd.concat([c.train[shared] for c in clients])

@@ -44,6 +44,9 @@ every other component): the start is drawn from its marginal (quantiles or class
 each next feature from its predicted distribution given the features drawn so far (categorical)
 or as the prediction plus a residual drawn from the quantiles of the validation residuals of
 that same prediction (same start, same features before it), so the noise matches the evidence.
+Optional Gibbs sweeps then redraw each feature given all the others: the NGM's outputs are
+the full conditionals of a dependency network, whose Gibbs chain is how such a model samples;
+the one-pass draw conditions each feature only on the part of its neighbourhood drawn before.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ FORMAT = "fedpgm-ngm/1"
 MODEL_FILE, WEIGHTS_FILE = "model.json", "weights.safetensors"
 EPS = 1e-6
 MODES = ("direct", "iterative")
+FULL = ""  # residuals given every other feature (no feature name is empty)
 
 
 @dataclass
@@ -293,7 +297,8 @@ class NGM:
     def residual_quantiles(self, X: np.ndarray, seen: np.ndarray) -> dict[str, dict[str, list[float]]]:
         """``[start][feature]``: quantiles of a numeric feature's standardised residual on the
         validation rows when predicted, as sampling does, from the features before it in the
-        breadth-first order from ``start`` (the noise sampling adds to the prediction)."""
+        breadth-first order from ``start`` (the noise sampling adds to the prediction), and
+        ``[FULL][feature]`` when predicted from all other features (Gibbs sweeps)."""
         n_val = max(1, int(round(self.settings.val_fraction * len(X))))
         rows = np.random.default_rng(self.settings.seed).permutation(len(X))[:n_val]
         Xv, Sv = X[rows], seen[rows]
@@ -311,6 +316,17 @@ class NGM:
                     res.setdefault(start, {})[name] = (np.quantile(r, QUANTILES).tolist() if r.size
                                                        else [0.0] * len(QUANTILES))
                 x[Sv[:, i], b] = Xv[Sv[:, i], b]  # reveal it, as sampling fixes it
+        x = Xv.copy()
+        for i, (f, b) in enumerate(zip(self.schema.features, self.layout.blocks)):
+            if numeric(f):  # given every other feature (Gibbs sweeps)
+                hidden = x.copy()
+                hidden[:, b] = means[b]
+                with torch.no_grad():
+                    out = self.net(torch.as_tensor(hidden))[:, b.start].numpy()
+                r = Xv[Sv[:, i], b.start] - out[Sv[:, i]]
+                res.setdefault(FULL, {})[f.name] = (np.quantile(r, QUANTILES).tolist() if r.size
+                                                    else [0.0] * len(QUANTILES))
+        res.setdefault(FULL, {})
         return res
 
     # -- the graph the network follows -------------------------------------------------------
@@ -427,50 +443,58 @@ class NGM:
                 order += [name] + [v for _, v in nx.bfs_edges(self.graph, name)]
         return order
 
-    def sample(self, n: int, seed: int = 0) -> pd.DataFrame:
-        """``n`` rows drawn along breadth-first orders from random start features (codes for
-        discrete columns, index 0..n-1)."""
+    def sample(self, n: int, seed: int = 0, sweeps: int = 0) -> pd.DataFrame:
+        """``n`` rows drawn along breadth-first orders from random start features, then
+        ``sweeps`` Gibbs sweeps (codes for discrete columns, index 0..n-1)."""
         if n < 1:
             raise FedpgmError(f"number of samples must be >= 1, got {n}")
+        if sweeps < 0:
+            raise FedpgmError(f"Gibbs sweeps must be >= 0, got {sweeps}")
         rng = np.random.default_rng(seed)
         starts = rng.integers(0, len(self.names), n)
-        X = np.tile(self.layout.means(), (n, 1))
+        X = np.tile(self.layout.means(), (n, 1)).astype(np.float32)
         for s in np.unique(starts):
             rows = np.flatnonzero(starts == s)
-            X[rows] = self.sample_block(len(rows), self.names[s], rng)
+            block = np.tile(self.layout.means(), (len(rows), 1)).astype(np.float32)
+            for k, name in enumerate(self.order_from(self.names[s])):
+                self.draw(block, name, rng, self.residuals.get(self.names[s], {}).get(name), marginal=k == 0)
+            X[rows] = block
+        means = self.layout.means()
+        for _ in range(sweeps):
+            for name in self.names:
+                b = self.layout.block(name)
+                X[:, b] = means[b]  # its own input hidden, as in training
+                self.draw(X, name, rng, self.residuals[FULL].get(name), marginal=False)
         return self.decode(X)
 
-    def sample_block(self, n: int, start: str, rng: np.random.Generator) -> np.ndarray:
-        """(n, D') samples that all start from feature ``start``."""
-        X = np.tile(self.layout.means(), (n, 1)).astype(np.float32)
-        for k, name in enumerate(self.order_from(start)):
-            f, b = self.schema[name], self.layout.block(name)
-            stats = self.layout.stats[name]
-            if k == 0:
-                if numeric(f):
-                    q = (np.asarray(stats["quantiles"]) - stats["mean"]) / stats["std"]
-                    value = np.interp(rng.uniform(size=n), QUANTILES, q)
-                else:
-                    codes = rng.choice(f.cardinality, size=n, p=np.asarray(stats["freq"]))
+    def draw(self, X: np.ndarray, name: str, rng: np.random.Generator, residuals: list | None,
+             marginal: bool) -> None:
+        """Set feature ``name`` in ``X`` (rows, D') to a draw: from its marginal (``marginal``),
+        else given the other columns of ``X``, from its predicted distribution (categorical) or
+        as the prediction plus a residual drawn from ``residuals``' quantiles (numeric)."""
+        f, b, stats = self.schema[name], self.layout.block(name), self.layout.stats[name]
+        n = len(X)
+        if numeric(f):
+            q = (np.asarray(stats["quantiles"]) - stats["mean"]) / stats["std"]
+            if marginal:
+                value = np.interp(rng.uniform(size=n), QUANTILES, q)
             else:
                 with torch.no_grad():
-                    out = self.net(torch.as_tensor(X))[:, b].numpy()
-                if numeric(f):
-                    noise = np.interp(rng.uniform(size=n), QUANTILES, np.asarray(self.residuals[start][name]))
-                    q = (np.asarray(stats["quantiles"]) - stats["mean"]) / stats["std"]
-                    value = np.clip(out[:, 0] + noise, q[0], q[-1])
-                else:
-                    p = np.exp(out - out.max(axis=1, keepdims=True))
-                    p /= p.sum(axis=1, keepdims=True)
-                    codes = (p.cumsum(axis=1) > rng.uniform(size=(n, 1))).argmax(axis=1)
-            if numeric(f):
-                if f.kind == "ordinal":  # snap to a level, as the data has
-                    value = (self.layout.to_value(name, value) - stats["mean"]) / stats["std"]
-                X[:, b.start] = value
-            else:
-                X[:, b] = 0.0
-                X[np.arange(n), b.start + codes] = 1.0
-        return X
+                    out = self.net(torch.as_tensor(X))[:, b.start].numpy()
+                noise = np.interp(rng.uniform(size=n), QUANTILES, np.asarray(residuals or [0.0] * len(QUANTILES)))
+                value = np.clip(out + noise, q[0], q[-1])
+            if f.kind == "ordinal":  # snap to a level, as the data has
+                value = (self.layout.to_value(name, value) - stats["mean"]) / stats["std"]
+            X[:, b.start] = value
+            return
+        if marginal:
+            codes = rng.choice(f.cardinality, size=n, p=np.asarray(stats["freq"]))
+        else:
+            with torch.no_grad():
+                p = torch.softmax(self.net(torch.as_tensor(X))[:, b], dim=1).numpy().astype(float)
+            codes = (p.cumsum(axis=1) > rng.uniform(size=(n, 1))).argmax(axis=1).clip(max=f.cardinality - 1)
+        X[:, b] = 0.0
+        X[np.arange(n), b.start + codes] = 1.0
 
     def decode(self, X: np.ndarray) -> pd.DataFrame:
         """Network columns (one-hot / standardised) back to a table of values and codes."""

@@ -1,0 +1,84 @@
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A FedNGM run on breast cancer (3 clients, one withheld feature each), saved."""
+    from fedpgm.cli import main
+
+    d = tmp_path_factory.mktemp("ngm")
+    args = ["ngm", "fit", "breast_cancer", "--clients", "3", "--withhold", "worst_area", "--withhold",
+            "worst_texture", "--withhold", "worst_perimeter", "--target", "mean_radius", "--target", "target",
+            "--skew", "target=malignant", "--skew", "mean_area>=700", "--skew", "mean_texture",
+            "--epochs", "60", "--hidden", "24", "--min-clients", "3", "--samples-factor", "1",
+            "--json", d / "r.json", "--out", d / "model", "--plot", d / "plots"]
+    try:
+        main([str(a) for a in args])
+    except SystemExit as e:
+        assert not e.code
+    return d
+
+
+def test_fit_reports_every_model_on_every_test_set(fitted):
+    r = json.loads((fitted / "r.json").read_text())
+    assert r["released"] and r["fedngm"]["merged_edges"] > 0
+    assert set(r["metrics"]) == {"client-0", "client-1", "client-2", "global", "global+public", "centralized"}
+    assert set(r["metrics"]["global"]) == {"client-0", "client-1", "client-2", "public-test"}
+    # 76 training rows per client: coarse bounds, far from chance (AUC 0.5; MAE 2.5 at the mean)
+    assert 0.75 < r["metrics"]["global"]["public-test"]["target"]["auc"] <= 1.0
+    assert 0.85 < r["metrics"]["centralized"]["public-test"]["target"]["auc"] <= 1.0
+    assert r["metrics"]["centralized"]["public-test"]["mean_radius"]["mae"] < 2.2
+    assert set(r["stitched"]) == {"client-0", "client-1", "client-2"}
+    assert r["privacy_audit_messages"] >= 15 and r["bytes_up"] > 0
+    assert (fitted / "plots" / "ngm_graphs.png").stat().st_size > 1000
+
+
+def test_query_and_sample(cli, fitted, tmp_path):
+    rows = tmp_path / "e.csv"
+    pd.DataFrame({"mean_radius": [11.0, 21.0], "mean_texture": [15.0, None]}).to_csv(rows, index=False)
+    code, out, err = cli("ngm", "query", fitted / "model", "--target", "target", "--evidence", rows)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "row_id,p(target=malignant),p(target=benign)" and len(lines) == 3
+    p = np.array([float(x) for x in lines[1].split(",")[1:]])
+    assert abs(p.sum() - 1) < 1e-6
+    small, large = (float(l.split(",")[1]) for l in lines[1:])
+    assert large > small  # a large radius is more likely malignant
+    code, out, err = cli("ngm", "sample", fitted / "model", "-n", "25", "--out", tmp_path / "s.csv")
+    assert code == 0, err
+    s = pd.read_csv(tmp_path / "s.csv")
+    assert len(s) == 25 and set(s["target"]) <= {"malignant", "benign"}
+
+
+def test_stitch_command(cli, fitted, tmp_path):
+    from fedpgm.data import load_dataset
+    from fedpgm.ngm.model import NGM
+
+    ds = load_dataset("breast_cancer")
+    model = NGM.load(fitted / "model")
+    frame = ds.schema.decode(ds.train[model.names + ["worst_area"]].iloc[:300])
+    frame.to_csv(tmp_path / "client.csv", index=False)
+    code, out, err = cli("ngm", "stitch", fitted / "model", "--data", tmp_path / "client.csv",
+                         "--out", tmp_path / "st", "--epochs", "20")
+    assert code == 0, err
+    assert NGM.load(tmp_path / "st").names == model.names + ["worst_area"]
+
+
+def test_bad_input_exits_2_and_writes_nothing(cli, fitted, tmp_path):
+    code, _, err = cli("ngm", "fit", "breast_cancer", "--clients", "2", "--min-clients", "3", "--target",
+                       "mean_radius", "--json", tmp_path / "r.json", "--out", tmp_path / "m")
+    assert code == 2 and "min-clients 3" in err
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "m").exists()
+    code, _, err = cli("ngm", "query", fitted / "model", "--target", "nope", "--evidence", tmp_path / "x.csv")
+    assert code == 2 and "target 'nope' is not in the model" in err
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"mean_radius": ["big", "small"]}).to_csv(bad, index=False)
+    code, _, err = cli("ngm", "query", fitted / "model", "--target", "target", "--evidence", bad)
+    assert code == 2 and "mean_radius" in err and "numbers" in err
+    code, _, err = cli("ngm", "fit", "breast_cancer", "--skew", "nope=1", "--clients", "1", "--target",
+                       "mean_radius", "--json", tmp_path / "r.json")
+    assert code == 2 and "names no column" in err and not (tmp_path / "r.json").exists()
