@@ -241,3 +241,15 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
 
 def write_json(report: dict, path: str | Path) -> None:
     Path(path).write_text(json.dumps(report, indent=1, default=float) + "\n")
+
+
+def flower_procedure(fed, settings: dict, out: str | None = None) -> dict:
+    """Runs inside the Flower ServerApp: ``fit_fedngm`` with ``settings`` (its keywords; the NGM
+    settings under ``"ngm"``); the global model is saved to ``out``."""
+    kwargs = dict(settings)
+    ngm = NGMSettings.from_dict(kwargs.pop("ngm", {}))
+    result = fit_fedngm(fed, settings=ngm, **kwargs)
+    if out is not None and result.global_model is not None:
+        result.global_model.save(out)
+    return {"released": result.released, "refusal": result.refusal, "info": result.info,
+            "merged_edges": sorted(sorted(e) for e in result.merged.edges())}
