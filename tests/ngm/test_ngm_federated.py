@@ -46,7 +46,7 @@ def test_fedngm_releases_a_global_model_and_no_message_carries_rows():
         assert result.released and result.global_model is not None
         assert result.global_model.names == SCHEMA.names  # the shared features only
         assert set(result.merged.edges()) >= {("b", "c")} or result.merged.has_edge("b", "c")
-        replies = fed.broadcast("stitch", config={"targets": ["c"], "settings": {"epochs": 200}},
+        replies = fed.broadcast("stitch", config={"targets": ["c"], "settings": {"epochs": 300, "patience": 30}},
                                 clients=["client-0"]).require_all()
     assert audit.checked >= 4 * 3  # describe, graph, fit, release (+ stitch) from every client
     m = replies["client-0"].config["metrics"]["c"]

@@ -88,3 +88,16 @@ def test_revealer_finds_a_numeric_chain_without_a_graph(chain):
     found = {frozenset(e) for e in model.graph.edges()}
     assert found == {frozenset(("a", "b")), frozenset(("b", "c"))}
     assert model.off_graph_share().max() < 0.5  # the revealed graph is the one the network follows
+
+
+def test_soft_distillation_follows_the_teacher_closer_than_its_samples(chain, chain_model):
+    _, test, schema, graph = chain
+    samples = chain_model.sample(2000, seed=7)
+    settings = NGMSettings(hidden=32, epochs=150, seed=1)
+    hard = NGM.fit(samples, schema, graph, settings)
+    soft = NGM.fit(samples, schema, graph, settings, teachers=[chain_model])
+    teacher = chain_model.predict(test, "b")
+    gap_hard = np.abs(hard.predict(test, "b") - teacher).mean()
+    gap_soft = np.abs(soft.predict(test, "b") - teacher).mean()
+    print(f"distance to the teacher: hard {gap_hard:.4f}, soft {gap_soft:.4f}")
+    assert gap_soft < gap_hard

@@ -35,6 +35,8 @@ def fit(
     min_clients: Annotated[int, typer.Option(help="Release threshold T: clients that must contribute")] = 1,
     samples_factor: Annotated[float, typer.Option(help="Synthetic rows per client training row")] = 1.0,
     gibbs_sweeps: Annotated[int, typer.Option(help="Gibbs sweeps refining each sample")] = 0,
+    soft: Annotated[bool, typer.Option("--soft/--hard", help="Global NGM fits the client models' mean "
+                                       "predictions (soft) or the sampled values (hard)")] = False,
     epochs: Annotated[int, typer.Option(help="Most training epochs per NGM (early stopping)")] = 200,
     hidden: Annotated[int, typer.Option(help="Hidden units per layer")] = 64,
     lam: Annotated[float, typer.Option(help="Weight of the graph penalty")] = 0.1,
@@ -55,7 +57,7 @@ def fit(
         withhold=withhold if withhold is not None else defaults["withhold"][:clients],
         targets=target if target is not None else defaults["targets"], public_fraction=public_fraction,
         graph=graph, sparsity=sparsity, min_clients=min_clients, samples_factor=samples_factor,
-        gibbs_sweeps=gibbs_sweeps,
+        gibbs_sweeps=gibbs_sweeps, soft_targets=soft,
         ngm=NGMSettings(epochs=epochs, hidden=hidden, lam=lam, seed=seed,
                         revealer=graph == "ngr", sparsity=sparsity),
         seed=seed, data_dir=str(data_dir) if data_dir else None)

@@ -58,6 +58,7 @@ class ExperimentSettings:
     allocation: str = "proportional"
     samples_factor: float = 1.0  # synthetic rows = factor x the clients' training rows
     gibbs_sweeps: int = 0
+    soft_targets: bool = False
     ngm: NGMSettings = field(default_factory=NGMSettings)
     seed: int = 0
     data_dir: str | None = None
@@ -192,7 +193,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
         t = time.perf_counter()
         samples = int(s.samples_factor * sum(len(c.train) for c in clients))
         result = fit_fedngm(fed, s.graph, s.sparsity, settings, s.min_clients, samples=samples,
-                            allocation=s.allocation, seed=s.seed, sweeps=s.gibbs_sweeps)
+                            allocation=s.allocation, seed=s.seed, sweeps=s.gibbs_sweeps, soft=s.soft_targets)
         times["fedngm"] = time.perf_counter() - t
         report = {"dataset": ds.name, "seed": s.seed, "clients": fed.clients, "shared_features": shared,
                   "withheld": dict(zip(fed.clients, s.withhold)), "skew": dict(zip(fed.clients, s.skew)),
@@ -213,7 +214,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     say("global NGM on samples + public-train; centralized NGM")
     t = time.perf_counter()
     with_public, _ = distil(result.client_models, result.info["n_rows"], result.merged, settings,
-                            samples, s.allocation, public_train, s.seed, s.gibbs_sweeps)
+                            samples, s.allocation, public_train, s.seed, s.gibbs_sweeps, s.soft_targets)
     times["global_public"] = time.perf_counter() - t
     t = time.perf_counter()
     pooled = pd.concat([c.train[shared] for c in clients])

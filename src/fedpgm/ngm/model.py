@@ -179,21 +179,59 @@ def incoming_share(P, widths):
 
 def hide(X: torch.Tensor, seen: torch.Tensor, layout: Layout,
          gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, scored): ``X`` with a random subset of each row's features at their means (rate
-    u ~ U(0, 1) per row, at least one feature), and the (rows, F) mask of observed values hidden
-    in the input, the only outputs the fit loss scores."""
+    """(inputs, hidden): ``X`` with a random subset of each row's features at their means (rate
+    u ~ U(0, 1) per row, at least one feature), and the (rows, F) 0/1 mask of hidden features;
+    the fit loss scores observed values whose input was hidden (``seen * hidden``)."""
     rows, F = seen.shape
     rate = torch.rand(rows, 1, generator=gen)
     drop = torch.rand(rows, F, generator=gen) < rate
     drop[torch.arange(rows), torch.randint(0, F, (rows,), generator=gen)] = True
     cols = drop.float() @ torch.as_tensor(layout.membership())  # (rows, D') 0/1
     means = torch.as_tensor(layout.means())
-    return X * (1 - cols) + means * cols, seen * drop
+    return X * (1 - cols) + means * cols, drop.float()
+
+
+class Ensemble:
+    """Soft targets for distillation: the mean of teacher NGMs' predictions (over the student's
+    features, each teacher with its own encoding) for the same partly hidden inputs.
+
+    A numeric target is the teachers' mean prediction, a categorical one their mean class
+    probabilities; both in the student's encoding. Distilling the ensemble's conditionals
+    rather than fitting sampled values removes the sampling noise from the targets."""
+
+    def __init__(self, teachers: list["NGM"], layout: Layout) -> None:
+        self.layout, self.parts = layout, []
+        names = layout.schema.names
+        for t in teachers:
+            if t.names != names:
+                raise FedpgmError(f"teacher features {t.names} differ from the student's {names}")
+            scale, shift = np.ones(layout.width, np.float32), np.zeros(layout.width, np.float32)
+            for f, b in zip(layout.schema.features, layout.blocks):
+                if numeric(f):  # student units -> teacher units
+                    s, u = layout.stats[f.name], t.layout.stats[f.name]
+                    scale[b.start], shift[b.start] = s["std"] / u["std"], (s["mean"] - u["mean"]) / u["std"]
+            self.parts.append((t, torch.as_tensor(scale), torch.as_tensor(shift), torch.as_tensor(t.layout.means())))
+        self.E = torch.as_tensor(layout.membership())
+        self.cat = [b for f, b in zip(layout.schema.features, layout.blocks) if not numeric(f)]
+
+    def __call__(self, inputs: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        cols = hidden @ self.E
+        total = torch.zeros_like(inputs)
+        with torch.no_grad():
+            for t, scale, shift, means in self.parts:
+                x = (inputs * scale + shift) * (1 - cols) + means * cols
+                out = t.net(x)
+                out = (out - shift) / scale  # numeric columns back to student units
+                for b in self.cat:
+                    out[:, b] = torch.softmax(out[:, b], dim=1)
+                total += out
+        return total / len(self.parts)
 
 
 def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
-          settings: NGMSettings, progress=None) -> list[dict]:
+          settings: NGMSettings, progress=None, teacher: Ensemble | None = None) -> list[dict]:
     """Adam with early stopping on a validation split; ``net`` ends with its best weights.
+    With a ``teacher``, the fit targets are its soft predictions instead of the rows' values.
 
     Returns the per-epoch history ``[{"epoch", "train_loss", "val_loss"}]``.
     """
@@ -217,14 +255,14 @@ def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
         for start in range(0, len(perm), settings.batch_size):
             idx = torch.as_tensor(perm[start:start + settings.batch_size])
             xb, sb = Xt[idx], St[idx]
-            loss = objective(net, *hide(xb, sb, objective.layout, gen), xb)
+            loss = step_loss(net, objective, xb, sb, gen, teacher)
             opt.zero_grad()
             loss.backward()
             net.mask_gradients()
             opt.step()
             total += float(loss.detach()) * len(idx)
         with torch.no_grad():
-            v = float(objective(net, *hide(Xv, Sv, objective.layout, val_gen), Xv))
+            v = float(step_loss(net, objective, Xv, Sv, val_gen, teacher))
         history.append({"epoch": epoch + 1, "train_loss": total / len(tr), "val_loss": v})
         if progress is not None:
             progress(epoch + 1, v)
@@ -238,6 +276,13 @@ def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
     if best_state is not None:
         net.load_state_dict(best_state)
     return history
+
+
+def step_loss(net: NGMNet, objective: Objective, X: torch.Tensor, seen: torch.Tensor,
+              gen: torch.Generator, teacher: Ensemble | None) -> torch.Tensor:
+    inputs, hidden = hide(X, seen, objective.layout, gen)
+    target = X if teacher is None else teacher(inputs, hidden)
+    return objective(net, inputs, seen * hidden, target)
 
 
 class NGM:
@@ -261,11 +306,12 @@ class NGM:
     @staticmethod
     def fit(frame: pd.DataFrame, schema: Schema, graph: nx.Graph | None = None,
             settings: NGMSettings | None = None, layout: Layout | None = None,
-            progress=None) -> "NGM":
+            progress=None, teachers: list["NGM"] | None = None) -> "NGM":
         """Learn an NGM on ``frame``'s ``schema`` columns under ``graph`` (None: NGR or complete).
 
         ``layout`` fixes the encoding (e.g. the federation's agreed statistics); by default it
-        is fitted on ``frame``.
+        is fitted on ``frame``. ``teachers``: distil their ensemble on ``frame``'s rows (the
+        fit targets are the teachers' mean predictions, see ``Ensemble``).
         """
         settings = settings or NGMSettings()
         schema.check_names(frame.columns.intersection(schema.names))
@@ -287,7 +333,8 @@ class NGM:
         torch.manual_seed(settings.seed)
         net = NGMNet([D] + [settings.hidden] * settings.layers + [D], seed=settings.seed)
         objective = Objective(layout, graph, settings.revealer, settings.lam)
-        history = train(net, objective, X, seen, settings, progress)
+        teacher = Ensemble(teachers, layout) if teachers else None
+        history = train(net, objective, X, seen, settings, progress, teacher)
         model = NGM(layout, graph, net, settings, history=history)
         if settings.revealer:
             model.graph = model.revealed_graph(settings.sparsity)

@@ -10,7 +10,8 @@ their samples (optionally with public rows), release it only to a large enough f
 4. If fewer than ``min_clients`` clients contributed a model, the run refuses: no global
    model is trained or released, and the result says why.
 5. The server draws samples from every client NGM (in proportion to the clients' rows, or
-   equally; breadth-first draws refined by ``sweeps`` Gibbs sweeps), adds public rows if given, and trains the global NGM under the merged graph: its
+   equally; breadth-first draws refined by ``sweeps`` Gibbs sweeps), adds public rows if given, and trains the global NGM under the merged graph to match the
+   client models' mean predictions on those rows (``soft``; or the sampled values): its
    size is that of one NGM whatever the number of clients.
 6. ``release``: the global model goes to every client (the stitch step builds on it).
 """
@@ -60,7 +61,7 @@ def check_settings(n_clients: int, min_clients: int, graph_method: str, allocati
 def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 0.25,
                settings: NGMSettings | None = None, min_clients: int = 1, samples: int | None = None,
                allocation: str = "proportional", public: pd.DataFrame | None = None,
-               seed: int = 0, sweeps: int = 0) -> FedNGMResult:
+               seed: int = 0, sweeps: int = 0, soft: bool = False) -> FedNGMResult:
     """Steps 1-6 of the module doc. ``samples``: total synthetic rows (default: the clients'
     total rows); ``public``: extra rows of the shared features for the global model."""
     settings = settings or NGMSettings(seed=seed)
@@ -99,7 +100,7 @@ def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 
 
     t0 = time.process_time()
     global_model, rows = distil(client_models, n_rows, merged, settings, samples, allocation, public, seed,
-                                sweeps)
+                                sweeps, soft)
     info.update(server_seconds=time.process_time() - t0, **rows)
     doc_msg = model_message("release", global_model)
     fed.broadcast("release", doc_msg.arrays, doc_msg.config, clients=list(client_models))
@@ -109,13 +110,17 @@ def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 
 
 def distil(models: dict[str, NGM], n_rows: dict[str, int], merged: nx.Graph, settings: NGMSettings,
            samples: int | None = None, allocation: str = "proportional",
-           public: pd.DataFrame | None = None, seed: int = 0, sweeps: int = 0) -> tuple[NGM, dict]:
+           public: pd.DataFrame | None = None, seed: int = 0, sweeps: int = 0,
+           soft: bool = False) -> tuple[NGM, dict]:
     """The global NGM trained on samples of the client ``models`` (plus ``public`` rows) under
-    the ``merged`` graph, and the row counts it saw."""
+    the ``merged`` graph, and the row counts it saw. ``soft``: its fit targets are the client
+    models' mean predictions for the same inputs (ensemble distillation, also on public rows)
+    rather than the sampled values themselves."""
     schema = next(iter(models.values())).schema
     synthetic = draw_samples(models, {c: n_rows[c] for c in models}, samples, allocation, seed, sweeps)
     table = synthetic if public is None else pd.concat([synthetic, public[schema.names]], ignore_index=True)
-    return NGM.fit(table, schema, merged, settings), {
+    teachers = [models[c] for c in sorted(models)] if soft else None
+    return NGM.fit(table, schema, merged, settings, teachers=teachers), {
         "synthetic_rows": len(synthetic), "public_rows": 0 if public is None else len(public)}
 
 
