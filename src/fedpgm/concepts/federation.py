@@ -1,0 +1,177 @@
+"""F-CMs through fedpgm's runtime: client handlers and the server's rounds.
+
+Client (``HANDLERS``, name ``concepts``): ``describe`` sends its concept graph (an edge list over
+the nodes it can label) and its number of rows; ``train`` rebuilds the model from the server's
+architecture (JSON) and weights, trains the modules it can supervise for a few epochs and
+sends back those modules' weights only. Rows never leave.
+
+Server (``run_rounds``): the pool of clients grows at ``join_round``; each round samples
+``per_round`` joined clients, collects their module updates and averages module by module
+(only over the clients that trained a module; the encoder over all). At a join the regime
+decides: ``fcm`` aggregates the graphs of all joined clients and adapts the architecture
+(new modules, re-wired parents, existing weights kept); ``static`` keeps the first round's
+concept set and architecture; ``reinit`` rebuilds the model from scratch on the new graph.
+Early stopping on the validation task loss (patience) only counts rounds after the last join.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from fedpgm.concepts.graphs import aggregate, from_edge_list
+from fedpgm.concepts.models import ConceptModel, arrays, load_arrays
+from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
+from fedpgm.data.partition import ClientData
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.codec import Message
+from fedpgm.federation.handlers import ClientContext, HandlerSet
+
+HANDLERS = HandlerSet("concepts")
+REGIMES = ("centralized", "local", "static", "fcm", "reinit")
+X_PREFIX = "x"
+
+
+@dataclass
+class ConceptClient(ClientData):
+    """A client's rows (input code columns ``x0..`` + the node columns it can label, codes,
+    NaN where a row is unlabelled) and its concept graph (edge list)."""
+
+    graph: dict = field(default_factory=dict)
+
+
+def split_table(frame, task: str | None = None):
+    """(inputs (rows, d) float32, codes (rows, nodes) int with -1 for missing, node names)."""
+    xcols = [c for c in frame.columns if c.startswith(X_PREFIX) and c[1:].isdigit()]
+    nodes = [c for c in frame.columns if c not in xcols]
+    codes = frame[nodes].to_numpy(dtype=float)
+    return (frame[xcols].to_numpy(dtype=np.float32),
+            np.where(np.isnan(codes), -1, codes).astype(np.int64), nodes)
+
+
+@HANDLERS.query("describe")
+def describe(request: Message, ctx: ClientContext) -> Message:
+    graph = getattr(ctx.data, "graph", None) or {}
+    if not graph:
+        raise FedpgmError(f"client '{ctx.client_id}' has no concept graph; give each client one")
+    _, codes, nodes = split_table(ctx.data.train)
+    if not (codes >= 0).any():
+        raise FedpgmError(f"client '{ctx.client_id}' has neither concept nor task labels; it cannot "
+                          "train any module")
+    return Message("describe", config={"graph": graph, "n_rows": len(ctx.data.train), "nodes": nodes})
+
+
+@HANDLERS.train("train")
+def train(request: Message, ctx: ClientContext) -> Message:
+    cfg = request.config
+    model = ConceptModel.from_spec(cfg["spec"])
+    load_arrays(model, dict(request.arrays))
+    x, codes, nodes = split_table(ctx.data.train)
+    settings = TrainSettings(**cfg["settings"])
+    t0 = time.process_time()
+    units = local_train(model, x, codes, nodes, settings)
+    return Message("train", arrays(model, units), {"units": units, "n_rows": len(x),
+                                                   "seconds": time.process_time() - t0})
+
+
+@dataclass
+class RoundSettings:
+    kind: str = "cgm"
+    regime: str = "fcm"
+    rounds: int = 200
+    per_round: int = 10
+    join_round: int = 10
+    patience: int = 10
+    train: TrainSettings = field(default_factory=TrainSettings)
+    hidden: int = 64
+    emb: int = 16
+    seed: int = 0
+
+
+def changed_fraction(before: dict[str, torch.Tensor], model: ConceptModel) -> float:
+    """Share of the model's parameters that are new or differ from ``before``."""
+    after = model.state_dict()
+    total = sum(v.numel() for v in after.values())
+    changed = sum(v.numel() if k not in before or before[k].shape != v.shape
+                  else int((before[k] != v).sum()) for k, v in after.items())
+    return changed / total
+
+
+def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], task: str,
+               input_dim: int, val: tuple[np.ndarray, np.ndarray], s: RoundSettings, progress=None) -> dict:
+    """The server's loop (module doc). ``val``: (inputs, task codes) for the validation loss."""
+    if s.regime not in ("static", "fcm", "reinit"):
+        raise FedpgmError(f"run_rounds runs the federated regimes, not '{s.regime}'")
+    if s.per_round > len(initial) + len(late):
+        raise FedpgmError(f"--per-round {s.per_round} exceeds the {len(initial) + len(late)} clients; lower it")
+    rng = np.random.default_rng(s.seed)
+    info = {c: m.config for c, m in fed.broadcast("describe", clients=initial).require_all().items()}
+
+    def merged():
+        cs = sorted(info)
+        graphs = [from_edge_list(info[c]["graph"], set(cards), f"client '{c}'") for c in cs]
+        return aggregate(graphs, [info[c]["n_rows"] for c in cs], task, s.seed)
+
+    agg = merged()
+    model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed)
+    history, joins = [], []
+    best, best_state, since = float("inf"), None, 0
+    for r in range(1, s.rounds + 1):
+        if r == s.join_round and late:
+            info.update({c: m.config for c, m in fed.broadcast("describe", clients=late).require_all().items()})
+            before = {k: v.clone() for k, v in model.state_dict().items()}
+            join = {"round": r, "clients": len(info)}
+            if s.regime == "fcm":
+                agg = merged()
+                join.update(model.adapt(agg.graph, cards))
+                join["removed_edges"] = agg.removed
+            elif s.regime == "reinit":
+                agg = merged()
+                model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed + r)
+            join["fraction_params_changed"] = changed_fraction(before, model)
+            joins.append(join)
+        pool = sorted(info)
+        chosen = sorted(rng.choice(pool, size=min(s.per_round, len(pool)), replace=False).tolist())
+        cfg = {"spec": model.spec(), "settings": asdict(s.train) | {"seed": s.seed * 1000 + r}}
+        replies = fed.broadcast("train", arrays(model), cfg, clients=chosen).require_all()
+        update = average([(dict(m.arrays), m.config["units"], m.config["n_rows"]) for m in replies.values()],
+                         model.module_names())
+        load_arrays(model, update)
+        loss = task_loss(model, *val)
+        history.append({"round": r, "val_task_loss": loss, "clients": chosen})
+        if progress is not None:
+            progress(r, loss)
+        if r >= s.join_round or not late:
+            if loss < best - 1e-4:
+                best, since = loss, 0
+                best_state = {k: v.clone() for k, v in model.state_dict().items()}
+            else:
+                since += 1
+                if since >= s.patience:
+                    break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return {"model": model, "history": history, "joins": joins, "graph": agg.graph,
+            "removed_edges": agg.removed}
+
+
+def train_alone(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: list[str],
+                val: tuple[np.ndarray, np.ndarray], s: RoundSettings) -> list[dict]:
+    """Centralized / local training: epochs of ``local_train`` with the same early stopping."""
+    history, best, best_state, since = [], float("inf"), None, 0
+    for r in range(1, s.rounds + 1):
+        local_train(model, x, codes, nodes, TrainSettings(**(asdict(s.train) | {"epochs": 1, "seed": s.seed * 1000 + r})))
+        loss = task_loss(model, *val)
+        history.append({"round": r, "val_task_loss": loss})
+        if loss < best - 1e-4:
+            best, since, best_state = loss, 0, {k: v.clone() for k, v in model.state_dict().items()}
+        else:
+            since += 1
+            if since >= s.patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return history
