@@ -32,12 +32,12 @@ from fedpgm.federation.handlers import ClientContext, HandlerSet
 
 HANDLERS = HandlerSet("concepts")
 REGIMES = ("centralized", "local", "static", "fcm", "reinit")
-X_PREFIX = "x"
+X_PREFIX = "input:"  # input-code columns: input:0, input:1, ...
 
 
 @dataclass
 class ConceptClient(ClientData):
-    """A client's rows (input code columns ``x0..`` + the node columns it can label, codes,
+    """A client's rows (input code columns ``input:0..`` + the node columns it can label, codes,
     NaN where a row is unlabelled) and its concept graph (edge list)."""
 
     graph: dict = field(default_factory=dict)
@@ -45,7 +45,7 @@ class ConceptClient(ClientData):
 
 def split_table(frame, task: str | None = None):
     """(inputs (rows, d) float32, codes (rows, nodes) int with -1 for missing, node names)."""
-    xcols = [c for c in frame.columns if c.startswith(X_PREFIX) and c[1:].isdigit()]
+    xcols = [c for c in frame.columns if c.startswith(X_PREFIX)]
     nodes = [c for c in frame.columns if c not in xcols]
     codes = frame[nodes].to_numpy(dtype=float)
     return (frame[xcols].to_numpy(dtype=np.float32),

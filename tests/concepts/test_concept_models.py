@@ -1,0 +1,104 @@
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+
+from fedpgm.concepts.data import make_concept_data
+from fedpgm.concepts.experiment import FCMSettings, make_clients, run_fcm
+from fedpgm.concepts.federation import RoundSettings
+from fedpgm.concepts.models import KINDS, ConceptModel, arrays
+from fedpgm.concepts.train import TrainSettings, average, local_train
+from fedpgm.errors import FedpgmError
+
+
+@pytest.fixture(scope="module")
+def asia():
+    return make_concept_data("asia", rows=3000, seed=0)
+
+
+def chain(*nodes):
+    g = nx.DiGraph()
+    g.add_nodes_from(nodes)
+    g.add_edges_from(zip(nodes[:-1], nodes[1:]))
+    return g
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_adding_a_concept_keeps_every_other_module_bit_identical(kind):
+    cards = {"a": 2, "b": 3, "new": 2, "t": 2}
+    model = ConceptModel(kind, 5, cards, chain("a", "b", "t"), "t", hidden=8, emb=4)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(20, 5)
+    with torch.no_grad():
+        out_before = model(x)
+    g = chain("a", "b", "t")
+    g.add_edge("new", "t")  # a new concept, a new parent of the task
+    change = model.adapt(g, cards)
+    after = model.state_dict()
+    if kind != "opaque":
+        assert change["added"] == ["new"]
+    for k, v in before.items():  # nothing that existed moved
+        assert torch.equal(after[k], v), k
+    with torch.no_grad():
+        out_after = model(x)
+    for n, logits in out_before.items():  # and the new source starts at zero: same outputs
+        assert torch.allclose(out_after[n], logits, atol=1e-6), n
+
+
+def test_a_module_without_local_supervision_does_not_move(asia):
+    model = ConceptModel("cgm", asia.x.shape[1], asia.cards, asia.dag, asia.task, hidden=16, emb=4)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rows = asia.part(0)[:500]
+    codes = asia.codes[rows].copy()
+    codes[:, asia.nodes.index("lung")] = -1  # this client cannot label lung
+    units = local_train(model, asia.x[rows], codes, asia.nodes, TrainSettings(epochs=1))
+    after = model.state_dict()
+    assert "nodes.lung" not in units and "nodes.smoke" in units
+    assert all(torch.equal(after[k], before[k]) for k in before if k.startswith("nodes.lung."))
+    assert any(not torch.equal(after[k], before[k]) for k in before if k.startswith("nodes.smoke."))
+
+
+def test_module_wise_average_uses_only_the_contributing_clients():
+    model = ConceptModel("cbm", 3, {"a": 2, "b": 2, "t": 2}, chain("a", "b", "t"), "t", hidden=4)
+    names = model.module_names()
+    one, two = arrays(model), arrays(model)
+    for k in one:
+        one[k] = np.full_like(one[k], 1.0)
+        two[k] = np.full_like(two[k], 4.0)
+    avg = average([(one, ["encoder", "nodes.a"], 100), (two, ["encoder", "nodes.b"], 300)], names)
+    enc = [k for k in avg if k.startswith("encoder.")]
+    assert all(np.allclose(avg[k], (100 * 1 + 300 * 4) / 400) for k in enc)
+    assert all(np.allclose(avg[k], 1.0) for k in avg if k.startswith("nodes.a."))
+    assert all(np.allclose(avg[k], 4.0) for k in avg if k.startswith("nodes.b."))
+    assert not any(k.startswith("nodes.t.") for k in avg)  # nobody trained the task module
+
+
+def test_fcm_grows_and_beats_static_on_coverage(asia):
+    rounds = dict(kind="cbm", rounds=40, per_round=4, join_round=4, patience=8, hidden=16, emb=4,
+                  train=TrainSettings(lr=1e-2, epochs=3, batch_size=128))
+    settings = dict(network="asia", clients=8)
+    _, fcm = run_fcm(FCMSettings(**settings, rounds=RoundSettings(regime="fcm", **rounds)), data=asia)
+    _, static = run_fcm(FCMSettings(**settings, rounds=RoundSettings(regime="static", **rounds)), data=asia)
+    assert fcm["coverage"] == 1.0 and fcm["coverage"] > static["coverage"]
+    assert fcm["joins"][0]["added"] and 0 < fcm["fraction_params_changed"] < 1
+    assert fcm["privacy_audit_messages"] > 0 and fcm["bytes_up"] > 0
+    assert len(fcm["val_task_loss"]) == fcm["rounds"] and fcm["task_accuracy"] > 0.65  # majority class: 0.56
+    assert len(fcm["intervention_accuracy"]) >= 1
+
+
+def test_bad_input_is_refused(asia):
+    with pytest.raises(FedpgmError, match="task node 'nope'|not a column"):
+        make_concept_data("asia", task="nope", rows=200)
+    with pytest.raises(FedpgmError, match="per-round 30 exceeds"):
+        run_fcm(FCMSettings(clients=20, rounds=RoundSettings(per_round=30)), data=asia)
+    clients, _, _ = make_clients(asia, FCMSettings(clients=4))
+    from fedpgm.concepts.federation import HANDLERS
+    from fedpgm.federation import InProcessFederation
+
+    blank = clients[0]
+    for n in blank.train.columns:
+        if not n.startswith("input:"):
+            blank.train[n] = np.nan
+    with InProcessFederation([blank], HANDLERS, mode="sequential") as fed:
+        replies = fed.broadcast("describe")
+    assert "neither concept nor task labels" in str(replies.failures["client-0"])
