@@ -427,9 +427,11 @@ def main(argv: list[str] | None = None) -> None:
 def register_groups() -> None:
     """Sub-command groups that live beside their capability (imported last: they use the
     shared options above)."""
+    from fedpgm.concepts.cli import concepts_app
     from fedpgm.fedpc.cli import fedpc_app
     from fedpgm.ngm.cli import ngm_app
 
+    app.add_typer(concepts_app, name="concepts")
     app.add_typer(fedpc_app, name="fedpc")
     app.add_typer(ngm_app, name="ngm")
 

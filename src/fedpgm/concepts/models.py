@@ -23,13 +23,19 @@ downstream (embeddings, children, task) uses the intervened value.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import networkx as nx
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
 from torch import nn
 
 from fedpgm.errors import FedpgmError
+from fedpgm.files import atomic_folder
 
 KINDS = ("cbm", "cem", "cgm", "c2bm", "opaque")
 ENCODER, SCORER = "encoder", "scorer"
@@ -257,3 +263,35 @@ def load_arrays(model: ConceptModel, values: dict[str, np.ndarray]) -> None:
             raise FedpgmError(f"parameter {k} does not fit the model (shape {tuple(v.shape)})")
         sd[k] = torch.tensor(np.array(v))
     model.load_state_dict(sd)
+
+
+FORMAT = "fedpgm-concept-model/1"
+
+
+def save_model(model: ConceptModel, folder, meta: dict | None = None):
+    """``model.json`` (architecture + ``meta``) and ``weights.safetensors``, written atomically."""
+    folder = Path(folder)
+    with atomic_folder(folder) as tmp:
+        (tmp / "model.json").write_text(json.dumps({"format": FORMAT, "spec": model.spec(), "meta": meta or {}}))
+        save_file(arrays(model), str(tmp / "weights.safetensors"))
+    return folder
+
+
+def load_model(folder) -> tuple[ConceptModel, dict]:
+    """(model, meta) from a folder written by ``save_model``; never unpickles."""
+    folder = Path(folder)
+    if not (folder / "model.json").is_file() or not (folder / "weights.safetensors").is_file():
+        raise FedpgmError(f"{folder} is not a concept-model folder; write one with `fedpgm concepts fit --out`")
+    try:
+        doc = json.loads((folder / "model.json").read_text())
+        weights = load_file(str(folder / "weights.safetensors"))
+    except (json.JSONDecodeError, SafetensorError, OSError) as e:
+        raise FedpgmError(f"{folder}: cannot read the model ({e}); write it again") from None
+    if doc.get("format") != FORMAT:
+        raise FedpgmError(f"{folder}/model.json is not a {FORMAT} file")
+    try:
+        model = ConceptModel.from_spec(doc["spec"])
+    except (KeyError, TypeError) as e:
+        raise FedpgmError(f"{folder}/model.json is damaged ({e})") from None
+    load_arrays(model, weights)
+    return model, doc.get("meta", {})
