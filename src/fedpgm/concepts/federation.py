@@ -47,8 +47,8 @@ def split_table(frame, task: str | None = None):
     """(inputs (rows, d) float32, codes (rows, nodes) int with -1 for missing, node names)."""
     xcols = [c for c in frame.columns if c.startswith(X_PREFIX)]
     nodes = [c for c in frame.columns if c not in xcols]
-    codes = frame[nodes].to_numpy(dtype=float)
-    return (frame[xcols].to_numpy(dtype=np.float32),
+    codes = np.array(frame[nodes], dtype=float)
+    return (np.array(frame[xcols], dtype=np.float32),
             np.where(np.isnan(codes), -1, codes).astype(np.int64), nodes)
 
 
