@@ -102,3 +102,13 @@ def test_bad_input_is_refused(asia):
     with InProcessFederation([blank], HANDLERS, mode="sequential") as fed:
         replies = fed.broadcast("describe")
     assert "neither concept nor task labels" in str(replies.failures["client-0"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_dp_client_updates_report_the_accountants_epsilon(asia, kind):
+    rounds = RoundSettings(kind=kind, regime="fcm", rounds=4, per_round=3, join_round=2, patience=4, hidden=8,
+                           emb=4, dp_epsilon=2.0, train=TrainSettings(batch_size=256))
+    _, rep = run_fcm(FCMSettings(network="asia", clients=6, rounds=rounds), data=asia)
+    spent = rep["dp"]["epsilon_spent"]
+    assert len(spent) >= 3 and all(0 <= e <= 2.0 for e in spent.values()) and max(spent.values()) > 0
+    assert rep["dp"]["epsilon_spent_max"] == max(spent.values())

@@ -36,6 +36,8 @@ def fit(
     rows: Annotated[Optional[int], typer.Option(help="Rows sampled from the network")] = None,
     perturbed_clients: Annotated[float, typer.Option(help="Fraction r of clients with perturbed graphs")] = 0.0,
     perturbed_edges: Annotated[float, typer.Option(help="Fraction p of their edges perturbed")] = 0.0,
+    dp_epsilon: Annotated[Optional[float], typer.Option(help="DP-SGD on client updates (Opacus): target "
+                                                            "epsilon per client, delta 1e-5, clip 1.0")] = None,
     seed: Seed = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Folder for convergence and intervention plots")] = None,
@@ -51,7 +53,7 @@ def fit(
     settings = FCMSettings(network=network, task=task, rows=rows, clients=clients,
                            perturbed_clients=perturbed_clients, perturbed_edges=perturbed_edges,
                            rounds=RoundSettings(kind=model, regime=regime, rounds=rounds, per_round=per_round,
-                                                join_round=join, seed=seed))
+                                                join_round=join, seed=seed, dp_epsilon=dp_epsilon))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         job = bar.add_task(f"{model} {regime} on {network}", total=rounds)
@@ -66,7 +68,9 @@ def fit(
                                  "rows": rows, "regime": regime})
     console.print(f"{model} {regime} on {network}: task accuracy {report['task_accuracy']:.3f}, concept "
                   f"accuracy {report['concept_accuracy']:.3f}, coverage {report['coverage']:.2f}, "
-                  f"{report['rounds']} rounds, {report['bytes_up']:,} bytes up")
+                  f"{report['rounds']} rounds, {report['bytes_up']:,} bytes up"
+                  + (f", epsilon spent {report['dp']['epsilon_spent_max']:.2f} (target {dp_epsilon})"
+                     if "dp" in report else ""))
 
 
 def write_plots(report: dict, folder: Path) -> None:

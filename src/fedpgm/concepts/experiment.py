@@ -110,6 +110,10 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
         report.update(rounds=len(out["history"]), val_task_loss=[h["val_task_loss"] for h in out["history"]],
                       joins=out["joins"], removed_edges=out["removed_edges"],
                       fraction_params_changed=sum(j["fraction_params_changed"] for j in out["joins"]))
+        if r.dp_epsilon is not None:
+            report.update(dp={"target_epsilon": r.dp_epsilon, "delta": r.dp_delta, "max_grad_norm": 1.0,
+                              "epsilon_spent_max": max(out["epsilon_spent"].values(), default=0.0),
+                              "epsilon_spent": out["epsilon_spent"]})
         report.update(test_metrics(model, d))
         report["diff_pairs"] = diff_pairs(d.dag, model.graph)
     elif r.regime == "centralized":

@@ -24,6 +24,7 @@ import torch
 
 from fedpgm.concepts.graphs import aggregate, from_edge_list
 from fedpgm.concepts.models import ConceptModel, arrays, load_arrays
+from fedpgm.concepts.privacy import ClientDP, DPSettings
 from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
 from fedpgm.data.partition import ClientData
 from fedpgm.errors import FedpgmError
@@ -71,10 +72,16 @@ def train(request: Message, ctx: ClientContext) -> Message:
     load_arrays(model, dict(request.arrays))
     x, codes, nodes = split_table(ctx.data.train)
     settings = TrainSettings(**cfg["settings"])
+    dp = None
+    if cfg.get("dp"):
+        dp = ClientDP(DPSettings(**cfg["dp"]), len(x), settings.batch_size, ctx.state.get("dp_history"))
     t0 = time.process_time()
-    units = local_train(model, x, codes, nodes, settings)
-    return Message("train", arrays(model, units), {"units": units, "n_rows": len(x),
-                                                   "seconds": time.process_time() - t0})
+    units = local_train(model, x, codes, nodes, settings, dp)
+    reply = {"units": units, "n_rows": len(x), "seconds": time.process_time() - t0}
+    if dp is not None:
+        ctx.state["dp_history"] = dp.history
+        reply["epsilon"] = dp.epsilon()
+    return Message("train", arrays(model, units), reply)
 
 
 @dataclass
@@ -89,6 +96,8 @@ class RoundSettings:
     hidden: int = 64
     emb: int = 16
     seed: int = 0
+    dp_epsilon: float | None = None  # DP-SGD on every client update (Opacus), delta 1e-5, clip 1.0
+    dp_delta: float = 1e-5
 
 
 def changed_fraction(before: dict[str, torch.Tensor], model: ConceptModel) -> float:
@@ -117,7 +126,7 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
 
     agg = merged()
     model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed)
-    history, joins = [], []
+    history, joins, spent = [], [], {}
     best, best_state, since = float("inf"), None, 0
     for r in range(1, s.rounds + 1):
         if r == s.join_round and late:
@@ -136,12 +145,17 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
         pool = sorted(info)
         chosen = sorted(rng.choice(pool, size=min(s.per_round, len(pool)), replace=False).tolist())
         cfg = {"spec": model.spec(), "settings": asdict(s.train) | {"seed": s.seed * 1000 + r}}
+        if s.dp_epsilon is not None:
+            cfg["dp"] = asdict(DPSettings(s.dp_epsilon, s.rounds * s.train.epochs, s.dp_delta))
         replies = fed.broadcast("train", arrays(model), cfg, clients=chosen).require_all()
         update = average([(dict(m.arrays), m.config["units"], m.config["n_rows"]) for m in replies.values()],
                          model.module_names())
         load_arrays(model, update)
         loss = task_loss(model, *val)
         history.append({"round": r, "val_task_loss": loss, "clients": chosen})
+        for c, m in replies.items():
+            if "epsilon" in m.config:
+                spent[c] = m.config["epsilon"]
         if progress is not None:
             progress(r, loss)
         if r >= s.join_round or not late:
@@ -155,7 +169,7 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
     if best_state is not None:
         model.load_state_dict(best_state)
     return {"model": model, "history": history, "joins": joins, "graph": agg.graph,
-            "removed_edges": agg.removed}
+            "removed_edges": agg.removed, "epsilon_spent": spent}
 
 
 def train_alone(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: list[str],

@@ -46,17 +46,32 @@ def key(name: str) -> str:
     return name.replace(".", "\u2024")
 
 
+class StateEmbedding(nn.Module):
+    """(rows, card) state probabilities -> (rows, emb): the probability-weighted state embeddings."""
+
+    def __init__(self, card: int, emb: int) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(card, emb) * 0.1)
+
+    def forward(self, p: torch.Tensor) -> torch.Tensor:
+        return p @ self.table
+
+
 class NodeModule(nn.Module):
-    """logits (rows, card) = out(LeakyReLU(inp(h) + sum_s block_s(source_s) + bias))."""
+    """logits (rows, card) = out(LeakyReLU(inp(h) + sum_s block_s(source_s) + bias)).
+
+    Every parameter sits in an ``nn.Linear`` or a module fed a tensor, so Opacus can compute
+    per-sample gradients for DP-SGD."""
 
     def __init__(self, card: int, hidden: int, emb: int, uses_input: bool, states: bool) -> None:
         super().__init__()
         self.card, self.hidden = card, hidden
         self.inp = nn.Linear(hidden, hidden) if uses_input else None
         self.blocks = nn.ModuleDict()
-        self.bias = nn.Parameter(torch.zeros(hidden))
+        self.bias = nn.Linear(1, hidden, bias=False)  # a learned offset, read from a column of ones
+        nn.init.zeros_(self.bias.weight)
         self.out = nn.Linear(hidden, card)
-        self.states = nn.Parameter(torch.randn(card, emb) * 0.1) if states else None
+        self.states = StateEmbedding(card, emb) if states else None
 
     def add_source(self, name: str, dim: int) -> None:
         block = nn.Linear(dim, self.hidden, bias=False)
@@ -64,7 +79,7 @@ class NodeModule(nn.Module):
         self.blocks[key(name)] = block
 
     def forward(self, h: torch.Tensor, sources: dict[str, torch.Tensor]) -> torch.Tensor:
-        z = self.bias.expand(h.shape[0], -1)
+        z = self.bias(h.new_ones(h.shape[0], 1))
         if self.inp is not None:
             z = z + self.inp(h)
         for k, block in self.blocks.items():
@@ -184,6 +199,19 @@ class ConceptModel(nn.Module):
                 rewired.append(node)
         return {"added": added, "rewired": rewired}
 
+    def idle_parameters(self, supervised: set[str] | None = None) -> set[str]:
+        """State-embedding tables no supervised output depends on: those of nodes that feed no
+        module whose node, or a descendant of it, is in ``supervised`` (default: every node)."""
+        live = set(self.order()) if supervised is None else set(supervised)
+        out = set()
+        for n in self.order():
+            if getattr(self.nodes[key(n)], "states", None) is None:
+                continue
+            consumers = [c for c in self.order() if n in self.sources_of(c)]
+            if not any(c in live or nx.descendants(self.graph, c) & live for c in consumers):
+                out.add(f"nodes.{key(n)}.states.table")
+        return out
+
     def module_names(self) -> list[str]:
         """Units of module-wise averaging: the encoder, the CEM scorer, one per node."""
         return [ENCODER] + ([SCORER] if self.scorer is not None else []) + [f"nodes.{key(n)}" for n in self.order()]
@@ -229,7 +257,7 @@ class ConceptModel(nn.Module):
             if self.kind == "cem" and node != self.task:
                 values[node] = (p[:, :, None] * e).sum(1)
             elif self.kind == "cgm":
-                values[node] = p @ module.states
+                values[node] = module.states(p)
             else:
                 values[node] = p
         return logits

@@ -31,8 +31,10 @@ class TrainSettings:
 
 def trainable_modules(model: ConceptModel, supervised: set[str]) -> list[str]:
     """The averaging units this client updates: the encoder, the scorer if it supervises a
-    concept, and the modules of the nodes it supervises."""
+    concept, and the modules of the nodes it supervises (none if it supervises no node)."""
     nodes = [n for n in model.order() if n in supervised]
+    if not nodes:
+        return []  # nothing to learn from here (e.g. the opaque model at a client without the task)
     out = [ENCODER] + [f"nodes.{key(n)}" for n in nodes]
     if model.scorer is not None and any(n != model.task for n in nodes):
         out.append(SCORER)
@@ -40,50 +42,71 @@ def trainable_modules(model: ConceptModel, supervised: set[str]) -> list[str]:
 
 
 def loss_of(model: ConceptModel, logits: dict, truth: torch.Tensor, columns: list[str],
-            gamma: float) -> torch.Tensor:
-    concept_terms, task_term = [], None
+            gamma: float) -> torch.Tensor | None:
+    """The local loss of the module doc; None when the batch has no label at all. Nodes without
+    a label in this batch still enter with weight zero, so every module in the computation gets
+    a (zero) gradient, which per-sample-gradient DP-SGD requires."""
+    concept_terms, task_term, idle = [], None, []
     for i, n in enumerate(columns):
         if n not in logits:
             continue
         y = truth[:, i]
-        if (y >= 0).any():
-            ce = F.cross_entropy(logits[n], y, ignore_index=-1)
-            if n == model.task:
-                task_term = ce
-            else:
-                concept_terms.append(ce)
+        known = (y >= 0).float()
+        ce = (F.cross_entropy(logits[n], y.clamp(min=0), reduction="none") * known).sum() / known.sum().clamp(min=1)
+        if not known.any():
+            idle.append(ce)
+        elif n == model.task:
+            task_term = ce
+        else:
+            concept_terms.append(ce)
     concept = torch.stack(concept_terms).mean() if concept_terms else None
     if concept is not None and task_term is not None:
-        return gamma * concept + (1 - gamma) * task_term
-    return concept if concept is not None else task_term
+        loss = gamma * concept + (1 - gamma) * task_term
+    else:
+        loss = concept if concept is not None else task_term
+    if loss is None:
+        return None
+    return loss + 0.0 * sum(idle) if idle else loss
 
 
 def local_train(model: ConceptModel, x: np.ndarray, codes: np.ndarray, columns: list[str],
                 settings: TrainSettings, dp=None) -> list[str]:
     """Train ``model`` in place on rows ``x`` (rows, d) with labels ``codes`` (rows, columns; -1
-    missing); returns the units it updated. ``dp``: a callable wrapping (model, optimizer,
-    loader) for differentially private training (see ``fedpgm.concepts.privacy``)."""
+    missing); returns the units it updated. ``dp``: a ``fedpgm.concepts.privacy.ClientDP`` for
+    DP-SGD (per-sample clipping, noise, Poisson batches, accounting)."""
     supervised = {n for i, n in enumerate(columns) if (codes[:, i] >= 0).any() and n in model.cards}
     units = trainable_modules(model, supervised)
-    names = model.module_names()
+    if not units:
+        return []
+    names, idle = model.module_names(), model.idle_parameters(supervised)
     for name, p in model.named_parameters():
-        p.requires_grad_(module_of(name, names) in units)
+        p.requires_grad_(module_of(name, names) in units and name not in idle)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=settings.lr)
+    net = model
+    if dp is not None:
+        net, opt = dp.wrap(model, opt)
     gen = torch.Generator().manual_seed(settings.seed)
     X, Y = torch.as_tensor(x), torch.as_tensor(codes, dtype=torch.long)
     is_concept = torch.tensor([n != model.task for n in columns])
     model.train()
     for _ in range(settings.epochs):
-        for idx in torch.randperm(len(X), generator=gen).split(settings.batch_size):
+        batches = dp.batches(gen) if dp is not None else torch.randperm(len(X), generator=gen).split(settings.batch_size)
+        for idx in batches:
+            if len(idx) == 0:
+                continue
             mask = (torch.rand(len(columns), generator=gen) < settings.p_int) & is_concept
-            logits = model(X[idx], Y[idx], mask.expand(len(idx), -1), columns)
+            logits = net(X[idx], Y[idx], mask.expand(len(idx), -1), columns)
             loss = loss_of(model, logits, Y[idx], columns, settings.gamma)
             if loss is None:
                 continue
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if dp is not None:
+                dp.step()
+    if dp is not None:
+        net._close()  # remove Opacus' hooks: the model is plain again
     for p in model.parameters():
         p.requires_grad_(True)
     return units
