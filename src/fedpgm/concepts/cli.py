@@ -73,35 +73,37 @@ def fit(
                      if "dp" in report else ""))
 
 
-def write_plots(report: dict, folder: Path) -> None:
+def line_plot(path: Path, x, y, xlabel: str, ylabel: str, title: str, marks=(), marker=None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot(x, y, marker=marker)
+    for m in marks:
+        ax.axvline(m, color="grey", ls="--", lw=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plots(report: dict, folder: Path) -> None:
+    """Convergence (validation task loss per round, joins marked) and accuracy vs intervention depth."""
     folder.mkdir(parents=True, exist_ok=True)
     name = f"{report['network']}_{report['model']}_{report['regime']}"
-    if report.get("val_task_loss"):
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        ax.plot(range(1, len(report["val_task_loss"]) + 1), report["val_task_loss"])
-        for j in report.get("joins", []):
-            ax.axvline(j["round"], color="grey", ls="--", lw=0.8)
-        ax.set_xlabel("round")
-        ax.set_ylabel("validation task loss")
-        ax.set_title(name, fontsize=9)
-        fig.tight_layout()
-        fig.savefig(folder / f"{name}_convergence.png", dpi=110)
-        plt.close(fig)
+    losses = report.get("val_task_loss")
+    if losses:
+        line_plot(folder / f"{name}_convergence.png", range(1, len(losses) + 1), losses, "round",
+                  "validation task loss", name, marks=[j["round"] for j in report.get("joins", [])])
     levels = report.get("intervention_accuracy")
     if levels:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        ax.plot([lv["depth"] for lv in levels], [lv["task_accuracy"] for lv in levels], marker="o")
-        ax.set_xlabel("concepts intervened: depth <= d in the true DAG")
-        ax.set_ylabel("task accuracy")
-        ax.set_title(name, fontsize=9)
-        fig.tight_layout()
-        fig.savefig(folder / f"{name}_interventions.png", dpi=110)
-        plt.close(fig)
+        line_plot(folder / f"{name}_interventions.png", [lv["depth"] for lv in levels],
+                  [lv["task_accuracy"] for lv in levels], "concepts intervened: depth <= d in the true DAG",
+                  "task accuracy", name, marker="o")
 
 
 @concepts_app.command("intervene")

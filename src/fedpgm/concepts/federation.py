@@ -27,6 +27,7 @@ from fedpgm.concepts.models import ConceptModel, arrays, load_arrays
 from fedpgm.concepts.privacy import ClientDP, DPSettings
 from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
 from fedpgm.data.partition import ClientData
+from fedpgm.early_stopping import EarlyStopping
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
@@ -127,7 +128,7 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
     agg = merged()
     model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed)
     history, joins, spent = [], [], {}
-    best, best_state, since = float("inf"), None, 0
+    stop = EarlyStopping(model, s.patience)
     for r in range(1, s.rounds + 1):
         if r == s.join_round and late:
             info.update({c: m.config for c, m in fed.broadcast("describe", clients=late).require_all().items()})
@@ -140,6 +141,7 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
             elif s.regime == "reinit":
                 agg = merged()
                 model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed + r)
+            stop = EarlyStopping(model, s.patience)  # the architecture changed: compare from here
             join["fraction_params_changed"] = changed_fraction(before, model)
             joins.append(join)
         pool = sorted(info)
@@ -158,16 +160,9 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
                 spent[c] = m.config["epsilon"]
         if progress is not None:
             progress(r, loss)
-        if r >= s.join_round or not late:
-            if loss < best - 1e-4:
-                best, since = loss, 0
-                best_state = {k: v.clone() for k, v in model.state_dict().items()}
-            else:
-                since += 1
-                if since >= s.patience:
-                    break
-    if best_state is not None:
-        model.load_state_dict(best_state)
+        if (r >= s.join_round or not late) and stop.update(loss):
+            break
+    stop.restore()
     return {"model": model, "history": history, "joins": joins, "graph": agg.graph,
             "removed_edges": agg.removed, "epsilon_spent": spent}
 
@@ -175,17 +170,12 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
 def train_alone(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: list[str],
                 val: tuple[np.ndarray, np.ndarray], s: RoundSettings) -> list[dict]:
     """Centralized / local training: epochs of ``local_train`` with the same early stopping."""
-    history, best, best_state, since = [], float("inf"), None, 0
+    history, stop = [], EarlyStopping(model, s.patience)
     for r in range(1, s.rounds + 1):
         local_train(model, x, codes, nodes, TrainSettings(**(asdict(s.train) | {"epochs": 1, "seed": s.seed * 1000 + r})))
         loss = task_loss(model, *val)
         history.append({"round": r, "val_task_loss": loss})
-        if loss < best - 1e-4:
-            best, since, best_state = loss, 0, {k: v.clone() for k, v in model.state_dict().items()}
-        else:
-            since += 1
-            if since >= s.patience:
-                break
-    if best_state is not None:
-        model.load_state_dict(best_state)
+        if stop.update(loss):
+            break
+    stop.restore()
     return history

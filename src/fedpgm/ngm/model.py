@@ -64,6 +64,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from fedpgm.data.schema import Schema
+from fedpgm.early_stopping import EarlyStopping
 from fedpgm.errors import FedpgmError
 from fedpgm.files import atomic_folder
 from fedpgm.ngm.graph import adjacency, from_edges, to_edges, top_edges
@@ -247,7 +248,7 @@ def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
     Xt, St = torch.as_tensor(X), torch.as_tensor(seen, dtype=torch.float32)
     Xv, Sv = (Xt[val], St[val]) if n_val else (Xt[tr], St[tr])
     opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=settings.lr)
-    best, best_state, since, history = float("inf"), None, 0, []
+    stop, history = EarlyStopping(net, settings.patience, tolerance=1e-5), []
     for epoch in range(settings.epochs):
         val_gen = torch.Generator().manual_seed(val_seed)  # the same hidden subsets every epoch
         perm = tr[rng.permutation(len(tr))]
@@ -266,15 +267,9 @@ def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
         history.append({"epoch": epoch + 1, "train_loss": total / len(tr), "val_loss": v})
         if progress is not None:
             progress(epoch + 1, v)
-        if v < best - 1e-5:
-            best, since = v, 0
-            best_state = {k: t.detach().clone() for k, t in net.state_dict().items()}
-        else:
-            since += 1
-            if since >= settings.patience:
-                break
-    if best_state is not None:
-        net.load_state_dict(best_state)
+        if stop.update(v):
+            break
+    stop.restore()
     return history
 
 
