@@ -79,20 +79,32 @@ def fit(
 
 
 def print_report(report: dict) -> None:
+    """Two tables that fit a terminal: every model on public-test; each client's own model
+    against the global one on that client's test set (the primary metric per target)."""
     from rich.table import Table
 
-    table = Table(title=f"FedNGM on {report['dataset']} (seed {report['seed']}): primary metric per target",
-                  show_lines=False)
+    metrics = report["metrics"]
+    targets = list(metrics["global"]["public-test"])
+    head = [f"{y} {metrics['global']['public-test'][y]['primary']}" for y in targets]
+
+    def value(model: str, test_set: str, y: str) -> str:
+        m = metrics[model][test_set][y]
+        return f"{m[m['primary']]:.3f}"
+
+    table = Table(title=f"FedNGM on {report['dataset']} (seed {report['seed']}): public-test")
     table.add_column("model")
-    sets = list(next(iter(report["metrics"].values())))
-    targets = list(next(iter(report["metrics"].values()))[sets[0]])
-    for s in sets:
-        for y in targets:
-            m = report["metrics"]["global"][s][y]
-            table.add_column(f"{s}\n{y} {m['primary']}", justify="right")
-    for model, by_set in report["metrics"].items():
-        table.add_row(model, *[f"{by_set[s][y][by_set[s][y]['primary']]:.3f}" for s in sets for y in targets])
+    for h in head:
+        table.add_column(h, justify="right")
+    for model in metrics:
+        table.add_row(model, *[value(model, "public-test", y) for y in targets])
     console.print(table)
+    own = Table(title="each client's test set: own NGM / global NGM")
+    own.add_column("client")
+    for h in head:
+        own.add_column(h, justify="right")
+    for c in report["clients"]:
+        own.add_row(c, *[f"{value(c, c, y)} / {value('global', c, y)}" for y in targets])
+    console.print(own)
     c = report["comparisons"]
     console.print("global beats mean client on public-test: " + ", ".join(
         f"{y} {'yes' if v['holds'] else 'no'}" for y, v in c["global_beats_mean_client_on_public"].items()))
