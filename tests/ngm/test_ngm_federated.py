@@ -10,7 +10,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.federation.privacy import PrivacyAudit
 from fedpgm.ngm.graph import from_edges
-from fedpgm.ngm.model import NGM, NGMSettings
+from fedpgm.ngm.model import NGMSettings
 from fedpgm.ngm.server import fit_fedngm
 from fedpgm.ngm.stitch import stitch, widen
 

@@ -18,7 +18,8 @@ import pandas as pd
 from fedpgm.concepts.data import ConceptData, make_concept_data
 from fedpgm.concepts.federation import (HANDLERS, X_PREFIX, ConceptClient, RoundSettings, run_rounds,
                                         split_table, train_alone)
-from fedpgm.concepts.graphs import aggregate, client_subgraphs, diff_pairs, perturb, to_edge_list
+from fedpgm.concepts.graphs import (aggregate, client_subgraphs, diff_pairs, from_edge_list, perturb,
+                                   to_edge_list)
 from fedpgm.concepts.models import ConceptModel
 from fedpgm.concepts.train import depths, evaluate
 from fedpgm.data.schema import Feature, Schema
@@ -95,10 +96,7 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     val = (d.x[va], d.codes[va, d.nodes.index(d.task)])
     report = {"network": s.network, "task": d.task, "model": r.kind, "regime": r.regime, "seed": r.seed,
               "clients": s.clients, "per_round": r.per_round, "join_round": r.join_round}
-    graphs = [c.graph for c in clients]
-    from fedpgm.concepts.graphs import from_edge_list
-
-    all_graphs = [from_edge_list(g) for g in graphs]
+    all_graphs = [from_edge_list(c.graph) for c in clients]
     sizes = [len(c.train) for c in clients]
     if r.regime in ("static", "fcm", "reinit"):
         audit = PrivacyAudit(clients)

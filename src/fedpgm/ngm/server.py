@@ -71,13 +71,12 @@ def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 
     schemas = {c: Schema.from_dict(m.config["schema"]).with_label(None) for c, m in described.items()}
     n_rows = {c: int(m.config["n_rows"]) for c, m in described.items()}
     shared = common_features(list(schemas.values()))
+    first = next(iter(schemas.values()))
     for c, s in schemas.items():
-        first = next(iter(schemas.values()))
         clash = [n for n in shared if s[n] != first[n]]
         if clash:
             raise FedpgmError(f"client '{c}' holds {clash} with other types or categories than "
                               "the other clients; make the schemas agree")
-    schema = next(iter(schemas.values())).select(shared)
 
     graphs = fed.broadcast("graph", config={"method": graph_method, "sparsity": sparsity}).require_all()
     client_graphs = {c: from_edges(schemas[c].names, m.config["edges"]) for c, m in graphs.items()}

@@ -11,7 +11,6 @@ edges to its extra features.
 from __future__ import annotations
 
 import networkx as nx
-import numpy as np
 import pandas as pd
 import torch
 
