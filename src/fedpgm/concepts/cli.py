@@ -36,6 +36,7 @@ def fit(
     rows: Annotated[Optional[int], typer.Option(help="Rows sampled from the network")] = None,
     perturbed_clients: Annotated[float, typer.Option(help="Fraction r of clients with perturbed graphs")] = 0.0,
     perturbed_edges: Annotated[float, typer.Option(help="Fraction p of their edges perturbed")] = 0.0,
+    backend: Annotated[str, typer.Option(help="inprocess or flower (a loopback deployment)")] = "inprocess",
     dp_epsilon: Annotated[Optional[float], typer.Option(help="DP-SGD on client updates (Opacus): target "
                                                             "epsilon per client, delta 1e-5, clip 1.0")] = None,
     seed: Seed = 0,
@@ -51,7 +52,7 @@ def fit(
     network = network_of(dataset)
     join = join_round if join_round is not None else (10 if network in ("asia", "sachs") else 20)
     settings = FCMSettings(network=network, task=task, rows=rows, clients=clients,
-                           perturbed_clients=perturbed_clients, perturbed_edges=perturbed_edges,
+                           perturbed_clients=perturbed_clients, perturbed_edges=perturbed_edges, backend=backend,
                            rounds=RoundSettings(kind=model, regime=regime, rounds=rounds, per_round=per_round,
                                                 join_round=join, seed=seed, dp_epsilon=dp_epsilon))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -9,19 +9,22 @@ split into K disjoint parts; each keeps labels only for its subgraph's nodes.
 
 from __future__ import annotations
 
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fedpgm.concepts.data import ConceptData, make_concept_data
-from fedpgm.concepts.federation import (HANDLERS, X_PREFIX, ConceptClient, RoundSettings, run_rounds,
+from fedpgm.concepts.federation import (GRAPH, HANDLERS, X_PREFIX, RoundSettings, run_rounds,
                                         split_table, train_alone)
 from fedpgm.concepts.graphs import (aggregate, client_subgraphs, diff_pairs, from_edge_list, perturb,
                                    to_edge_list)
-from fedpgm.concepts.models import ConceptModel
-from fedpgm.concepts.train import depths, evaluate
+from fedpgm.concepts.models import ConceptModel, load_model, save_model
+from fedpgm.concepts.train import TrainSettings, depths, evaluate
+from fedpgm.data.partition import ClientData, Partition
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
@@ -37,10 +40,11 @@ class FCMSettings:
     held_back: float = 0.3
     perturbed_clients: float = 0.0  # r
     perturbed_edges: float = 0.0  # p
+    backend: str = "inprocess"  # or "flower": a loopback deployment, one SuperNode per client
     rounds: RoundSettings = field(default_factory=RoundSettings)
 
 
-def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ConceptClient], list[str], list[str]]:
+def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ClientData], list[str], list[str]]:
     """(clients, initial ids, late ids)."""
     rng = np.random.default_rng(s.rounds.seed)
     k = s.clients
@@ -66,7 +70,7 @@ def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ConceptClient], l
         for n in nodes:
             table[n] = d.codes[np.sort(rows), d.nodes.index(n)].astype(float)
         table.index = pd.Index(np.sort(rows), name="row_id")
-        clients.append(ConceptClient(f"client-{i}", schema, table, graph=to_edge_list(g)))
+        clients.append(ClientData(f"client-{i}", schema, table, meta={GRAPH: to_edge_list(g)}))
     ids = [c.client_id for c in clients]
     return clients, ids[:k0], ids[k0:]
 
@@ -87,6 +91,10 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     r = s.rounds
     if r.regime not in ("centralized", "local", "static", "fcm", "reinit"):
         raise FedpgmError(f"unknown regime '{r.regime}'; use centralized, local, static, fcm or reinit")
+    if s.backend not in ("inprocess", "flower"):
+        raise FedpgmError(f"unknown backend '{s.backend}'; use inprocess or flower")
+    if s.backend == "flower" and r.regime not in ("static", "fcm", "reinit"):
+        raise FedpgmError(f"the {r.regime} regime trains in one place; --backend flower is for static, fcm, reinit")
     if r.per_round > s.clients:
         raise FedpgmError(f"--per-round {r.per_round} exceeds --clients {s.clients}; lower it")
     t0 = time.perf_counter()
@@ -96,14 +104,18 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     val = (d.x[va], d.codes[va, d.nodes.index(d.task)])
     report = {"network": s.network, "task": d.task, "model": r.kind, "regime": r.regime, "seed": r.seed,
               "clients": s.clients, "per_round": r.per_round, "join_round": r.join_round}
-    all_graphs = [from_edge_list(c.graph) for c in clients]
+    all_graphs = [from_edge_list(c.meta[GRAPH]) for c in clients]
     sizes = [len(c.train) for c in clients]
     if r.regime in ("static", "fcm", "reinit"):
-        audit = PrivacyAudit(clients)
-        with InProcessFederation(clients, HANDLERS, mode="sequential", audit=audit) as fed:
-            out = run_rounds(fed, initial, late, d.cards, d.task, d.x.shape[1], val, r, progress)
-            report.update(bytes_up=fed.ledger.totals()["bytes_up"], bytes_down=fed.ledger.totals()["bytes_down"],
-                          privacy_audit_messages=audit.checked)
+        if s.backend == "flower":
+            out = run_flower(clients, initial, late, d, val, r)
+        else:
+            audit = PrivacyAudit(clients)
+            with InProcessFederation(clients, HANDLERS, mode="sequential", audit=audit) as fed:
+                out = run_rounds(fed, initial, late, d.cards, d.task, d.x.shape[1], val, r, progress)
+                out["ledger"] = fed.ledger.totals()
+            report["privacy_audit_messages"] = audit.checked
+        report.update(backend=s.backend, bytes_up=out["ledger"]["bytes_up"], bytes_down=out["ledger"]["bytes_down"])
         model = out["model"]
         report.update(rounds=len(out["history"]), val_task_loss=[h["val_task_loss"] for h in out["history"]],
                       joins=out["joins"], removed_edges=out["removed_edges"],
@@ -137,3 +149,35 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
         report["per_client"] = per
     report["seconds"] = time.perf_counter() - t0
     return model, report
+
+
+def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d: ConceptData,
+               val: tuple[np.ndarray, np.ndarray], r: RoundSettings) -> dict:
+    """The same rounds on a loopback Flower deployment (SuperLink + one SuperNode per client);
+    each node holds only its CSV and its concept graph (manifest ``meta``)."""
+    from fedpgm.federation.deploy import LoopbackDeployment
+
+    full = Schema(tuple({f.name: f for c in clients for f in c.schema.features}.values()))
+    with tempfile.TemporaryDirectory(prefix="fedpgm-fcm-") as tmp:
+        tmp = Path(tmp)
+        Partition("hybrid", full, clients, dataset=f"bn:{d.network}").write(tmp / "partition")
+        np.savez(tmp / "val.npz", x=val[0], y=val[1])
+        args = {"initial": initial, "late": late, "cards": d.cards, "task": d.task, "input_dim": int(d.x.shape[1]),
+                "val": str(tmp / "val.npz"), "settings": asdict(r), "out": str(tmp / "model")}
+        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower") as dep:
+            result = dep.run("fedpgm.concepts.experiment:flower_procedure", "fedpgm.concepts.federation:HANDLERS",
+                             args, timeout=3600)
+        model, _ = load_model(tmp / "model")
+    return {**result, "model": model}
+
+
+def flower_procedure(fed, initial: list[str], late: list[str], cards: dict, task: str, input_dim: int,
+                     val: str, settings: dict, out: str) -> dict:
+    """Runs inside the Flower ServerApp: ``run_rounds``, the model saved to ``out``."""
+    s = RoundSettings(**{**settings, "train": TrainSettings(**settings["train"])})
+    with np.load(val, allow_pickle=False) as z:
+        v = (z["x"], z["y"])
+    res = run_rounds(fed, initial, late, cards, task, input_dim, v, s)
+    save_model(res["model"], out)
+    return {"history": res["history"], "joins": res["joins"], "removed_edges": res["removed_edges"],
+            "epsilon_spent": res["epsilon_spent"], "ledger": fed.ledger.totals()}

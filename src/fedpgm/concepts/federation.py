@@ -1,6 +1,8 @@
 """F-CMs through fedpgm's runtime: client handlers and the server's rounds.
 
-Client (``HANDLERS``, name ``concepts``): ``describe`` sends its concept graph (an edge list over
+Client (``HANDLERS``, name ``concepts``): a client's table holds the input-code columns
+``input:0..`` and the node columns it can label (codes, NaN where a row is unlabelled); its
+concept graph is ``meta["concept_graph"]``. ``describe`` sends that graph (an edge list over
 the nodes it can label) and its number of rows; ``train`` rebuilds the model from the server's
 architecture (JSON) and weights, trains the modules it can supervise for a few epochs and
 sends back those modules' weights only. Rows never leave.
@@ -26,7 +28,6 @@ from fedpgm.concepts.graphs import aggregate, from_edge_list
 from fedpgm.concepts.models import ConceptModel, arrays, load_arrays
 from fedpgm.concepts.privacy import ClientDP, DPSettings
 from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
-from fedpgm.data.partition import ClientData
 from fedpgm.early_stopping import EarlyStopping
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
@@ -37,12 +38,7 @@ REGIMES = ("centralized", "local", "static", "fcm", "reinit")
 X_PREFIX = "input:"  # input-code columns: input:0, input:1, ...
 
 
-@dataclass
-class ConceptClient(ClientData):
-    """A client's rows (input code columns ``input:0..`` + the node columns it can label, codes,
-    NaN where a row is unlabelled) and its concept graph (edge list)."""
-
-    graph: dict = field(default_factory=dict)
+GRAPH = "concept_graph"  # a client's concept graph (edge list) in its ClientData.meta
 
 
 def split_table(frame, task: str | None = None):
@@ -56,7 +52,7 @@ def split_table(frame, task: str | None = None):
 
 @HANDLERS.query("describe")
 def describe(request: Message, ctx: ClientContext) -> Message:
-    graph = getattr(ctx.data, "graph", None) or {}
+    graph = ctx.data.meta.get(GRAPH)
     if not graph:
         raise FedpgmError(f"client '{ctx.client_id}' has no concept graph; give each client one")
     _, codes, nodes = split_table(ctx.data.train)

@@ -41,12 +41,14 @@ def client_ids(k: int) -> list[str]:
 
 @dataclass
 class ClientData:
-    """One client's private part: its columns (``schema``) of its rows (index ``row_id``)."""
+    """One client's private part: its columns (``schema``) of its rows (index ``row_id``), and
+    ``meta``: JSON the client knows about its data beyond the table (e.g. its concept graph)."""
 
     client_id: str
     schema: Schema
     train: pd.DataFrame
     test: pd.DataFrame | None = None
+    meta: dict = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
@@ -98,6 +100,8 @@ class Partition:
                      "n_train": len(c.train), "train_rows": row_list(c.train)}
             if c.test is not None:
                 entry.update(n_test=len(c.test), test_rows=row_list(c.test))
+            if c.meta:
+                entry["meta"] = c.meta
             entry.update((files or {}).get(c.client_id, {}))
             entries.append(entry)
         return {"format": FORMAT, "dataset": self.dataset, "split": self.split,
@@ -369,7 +373,7 @@ def read_partition(folder: str | Path) -> Partition:
         cid = entry["id"]
         train = load_client_csv(folder / entry["train_file"], cid, schema)
         test = load_client_csv(folder / entry["test_file"], cid, schema) if "test_file" in entry else None
-        parts.append(ClientData(cid, schema.select(train.columns), train, test))
+        parts.append(ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {})))
     return Partition(man["split"], schema, parts, man.get("dataset", ""), man.get("params", {}))
 
 

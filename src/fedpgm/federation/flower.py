@@ -45,7 +45,8 @@ from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
 
 # Handler sets the ClientApp can route to (Flower needs every route at import time).
 KNOWN_HANDLERS = ["fedpgm.federation.reference:HANDLERS", "fedpgm.federation.diagnostics:HANDLERS",
-                  "fedpgm.fedpc.client:HANDLERS", "fedpgm.ngm.client:HANDLERS"]
+                  "fedpgm.fedpc.client:HANDLERS", "fedpgm.ngm.client:HANDLERS",
+                  "fedpgm.concepts.federation:HANDLERS"]
 HELLO = "fedpgm_hello"
 NODE_UNAVAILABLE = 5  # flwr.common.constant.ErrorCode.NODE_UNAVAILABLE
 POLL_S = 0.05
@@ -168,7 +169,8 @@ def node_context(context: Context) -> ClientContext:
     test_path = Path(str(nc["data"])).with_suffix(".test.csv")
     test = load_client_csv(test_path, cid, schema) if test_path.is_file() else None
     workdir = Path(str(nc["workdir"]))
-    data = ClientData(cid, schema.select(train.columns), train, test)
+    entry = next((e for e in doc.get("clients", []) if e.get("id") == cid), {})
+    data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}))
     return ClientContext(cid, data, workdir, load_state(workdir))
 
 

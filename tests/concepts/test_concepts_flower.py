@@ -1,0 +1,20 @@
+import pytest
+
+from fedpgm.concepts.data import make_concept_data
+from fedpgm.concepts.experiment import FCMSettings, run_fcm
+from fedpgm.concepts.federation import RoundSettings
+from fedpgm.concepts.train import TrainSettings
+
+
+@pytest.mark.slow
+def test_fcm_on_flower_matches_in_process():
+    data = make_concept_data("asia", rows=2000, seed=0)
+    rounds = RoundSettings(kind="cgm", regime="fcm", rounds=4, per_round=2, join_round=2, patience=4, hidden=8,
+                           emb=4, train=TrainSettings(epochs=1, batch_size=256))
+    _, local = run_fcm(FCMSettings(network="asia", clients=4, rounds=rounds), data=data)
+    _, remote = run_fcm(FCMSettings(network="asia", clients=4, rounds=rounds, backend="flower"), data=data)
+    assert remote["backend"] == "flower"
+    assert remote["joins"][0]["added"] == local["joins"][0]["added"]  # the late joiners grew the model
+    assert remote["rounds"] == local["rounds"] and remote["coverage"] == local["coverage"]
+    assert remote["task_accuracy"] == pytest.approx(local["task_accuracy"], abs=0.01)
+    assert remote["val_task_loss"] == pytest.approx(local["val_task_loss"], abs=1e-3)
