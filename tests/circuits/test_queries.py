@@ -186,8 +186,36 @@ def test_fused_linear_evaluation_equals_the_plain_layers(seed):
     X = np.column_stack([rng.normal(size=200) * 3, rng.normal(size=200), rng.integers(0, 2, 200),
                          rng.integers(0, 3, 200)]).astype(float)
     X[rng.random(X.shape) < 0.2] = np.nan
-    x = cc.tensor(X)
-    for mode in ("sum", "max"):
-        plain = cc.forward(x, mode)[cc.root]
-        fused = cc.forward(x, mode, fused=True)[cc.root]
-        torch.testing.assert_close(fused, plain, rtol=1e-9, atol=1e-9)
+    complete = np.where(np.isnan(X), 0.0, X)  # complete rows take the constant-per-node path
+    for x in (cc.tensor(X), cc.tensor(complete)):
+        for mode in ("sum", "max"):
+            plain = cc.forward(x, mode)[cc.root]
+            fused = cc.forward(x, mode, fused=True)[cc.root]
+            torch.testing.assert_close(fused, plain, rtol=1e-9, atol=1e-9)
+
+
+def test_sum_layers_of_mixed_arity_and_zero_weights_match_a_direct_mixture():
+    """One layer of sums with 1, 2 and 5 children (padded to 5) and a zero weight, float32 and
+    float64: every sum equals log sum_k w_k N(x; mu_k, sd_k), computed here with scipy."""
+    from scipy.special import logsumexp
+    from scipy.stats import norm
+
+    s = Schema((Feature("x", "continuous"),))
+    rng = np.random.default_rng(0)
+    c = Circuit(s)
+    specs = [(1,), (0.3, 0.7), (0.1, 0.0, 0.4, 0.2, 0.3)]
+    mixtures = []
+    for weights in specs:
+        mus, sds = rng.normal(size=len(weights)) * 3, rng.uniform(0.2, 2.0, len(weights))
+        kids = [c.leaf(0, "gaussian", {"mean": m, "std": d}) for m, d in zip(mus, sds)]
+        mixtures.append((c.sum(kids, weights), np.array(weights), mus, sds))
+    c.sum([m[0] for m in mixtures], [0.2, 0.3, 0.5])
+    x = np.array([[-40.0], [-1.0], [0.0], [2.5], [np.nan]])
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-4)):
+        cc = CompiledCircuit(c, dtype=dtype)
+        values = cc.forward(cc.tensor(x))
+        for node, weights, mus, sds in mixtures:
+            with np.errstate(divide="ignore"):
+                expected = logsumexp(np.log(weights) + norm.logpdf(x, mus, sds), axis=1)
+            expected[np.isnan(x[:, 0])] = 0.0  # marginalised
+            np.testing.assert_allclose(values[cc.position[node]].double().numpy(), expected, rtol=tol, atol=tol)

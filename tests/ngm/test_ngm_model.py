@@ -1,6 +1,7 @@
 import json
 
 import numpy as np
+import torch
 import pandas as pd
 import pytest
 
@@ -101,3 +102,7 @@ def test_soft_distillation_follows_the_teacher_closer_than_its_samples(chain, ch
     gap_soft = np.abs(soft.predict(test, "b") - teacher).mean()
     print(f"distance to the teacher: hard {gap_hard:.4f}, soft {gap_soft:.4f}")
     assert gap_soft < gap_hard
+    untaught = NGM.fit(samples, schema, graph, settings, teachers=[chain_model],
+                       taught=np.zeros(len(samples), bool))  # every row keeps its own values
+    for a, b in zip(untaught.net.parameters(), hard.net.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -62,8 +62,13 @@ class LinearFrontier:
                 onehot_state.append(state)
         for k, v in enumerate(self.disc):
             self.slot[(v, "miss")] = ("dmiss", k)
-        self.width = {"sq": len(self.cont), "lin": len(self.cont), "obs": len(self.cont),
-                      "miss": len(self.cont), "onehot": len(onehot_var), "dmiss": len(self.disc)}
+        width = {"sq": len(self.cont), "lin": len(self.cont), "onehot": len(onehot_var),
+                 "obs": len(self.cont), "miss": len(self.cont), "dmiss": len(self.disc)}
+        self.columns, at = {}, 0  # block -> column slice of the feature matrix, CORE blocks first
+        for block, w in width.items():
+            self.columns[block] = slice(at, at + w)
+            at += w
+        self.core_width = self.columns["onehot"].stop
         self.center, self.scale = self.standardisation(nodes, linear)
         self.onehot_var = cc.tensor(onehot_var, torch.long)
         self.onehot_state = cc.tensor(onehot_state)
@@ -72,10 +77,16 @@ class LinearFrontier:
         self.scale_t = cc.tensor([self.scale.get(v, 1.0) for v in self.cont])
         self.inv_scale_t = 1.0 / self.scale_t
         self.shift_t = -self.center_t * self.inv_scale_t
-        self.coef = {mode: self.coefficients(cc, nodes, mode) for mode in ("sum", "max")}
         self.all_continuous = self.cont == list(range(len(schema)))
-        ones = torch.ones(len(self.cont), 1, dtype=cc.dtype, device=cc.device)
-        self.obs_total = {m: c["obs"] @ ones for m, c in self.coef.items() if "obs" in c}
+        self.coef = {}  # mode -> (all columns, core columns, (n_frontier, 1) constant when complete)
+        n_front, obs = len(self.frontier), self.columns["obs"]
+        for mode in ("sum", "max"):
+            rows, cols, vals = self.coefficients(nodes, mode)
+            core, is_obs = cols < self.core_width, (cols >= obs.start) & (cols < obs.stop)
+            constant = np.bincount(rows[is_obs], vals[is_obs], minlength=n_front)[:, None]
+            self.coef[mode] = (matrix(cc, rows, cols, vals, (n_front, self.columns["dmiss"].stop)),
+                               matrix(cc, rows[core], cols[core], vals[core], (n_front, self.core_width)),
+                               cc.tensor(constant))
 
     def standardisation(self, nodes, linear) -> tuple[dict, dict]:
         """Per continuous variable, a centre and scale from its leaves (keeps z moderate)."""
@@ -105,9 +116,9 @@ class LinearFrontier:
         out[self.slot[(leaf.var, "miss")]] = float(logp.max()) if mode == "max" else 0.0
         return out
 
-    def coefficients(self, cc, nodes, mode: str) -> dict[str, torch.Tensor]:
-        """Per feature block, the (n_frontier, block width) coefficients, dense or sparse CSR."""
-        entries: dict[str, tuple[list, list, list]] = {b: ([], [], []) for b in self.width}
+    def coefficients(self, nodes, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Non-zero coefficients as (frontier row, feature column, value) arrays."""
+        rows, cols, vals = [], [], []
         leaf_coef: dict[int, dict] = {}
         for k, f in enumerate(self.frontier):
             stack = [f]
@@ -120,51 +131,54 @@ class LinearFrontier:
                 if i not in leaf_coef:
                     leaf_coef[i] = self.leaf_coefficients(n, mode)
                 for (block, col), value in leaf_coef[i].items():
-                    rows, cols, vals = entries[block]
                     rows.append(k)
-                    cols.append(col)
+                    cols.append(self.columns[block].start + col)
                     vals.append(value)
-        out = {}
-        for block, (rows, cols, vals) in entries.items():
-            shape = (len(self.frontier), self.width[block])
-            if not vals:
-                continue
-            coo = torch.sparse_coo_tensor(torch.tensor([rows, cols], dtype=torch.long),
-                                          torch.tensor(vals, dtype=cc.dtype), shape,
-                                          check_invariants=True).coalesce()
-            if len(vals) > DENSE_LIMIT * shape[0] * shape[1]:
-                out[block] = coo.to_dense().to(cc.device)
-            else:
-                with warnings.catch_warnings():  # torch calls its CSR support "beta"
-                    warnings.simplefilter("ignore", UserWarning)
-                    out[block] = coo.to_sparse_csr().to(cc.device)
-        return out
+        return np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), np.array(vals)
 
-    def values(self, x: torch.Tensor, cc, mode: str) -> torch.Tensor:
-        """(n_frontier, rows) log-values of the frontier nodes, x (rows, variables)."""
-        coef = self.coef[mode]
-        out = torch.zeros(len(self.frontier), x.shape[0], dtype=cc.dtype, device=cc.device)
+    def values(self, x: torch.Tensor, cc, mode: str, complete: bool | None = None) -> torch.Tensor:
+        """(n_frontier, rows) log-values of the frontier nodes, x (rows, variables).
 
-        def add(block: str, feats: torch.Tensor) -> None:  # feats (rows, width)
-            if block in coef:
-                m = coef[block]
-                out.add_(m @ (feats.T if m.layout == torch.strided else feats.T.contiguous()))
-
+        ``complete``: the caller knows x has no NaN (None: check). Complete rows need only the
+        CORE feature columns; the observed-indicator terms are then one constant per node.
+        """
+        full, core, constant = self.coef[mode]
+        if complete is None:
+            complete = bool(torch.isfinite(x.sum()))  # one reduction; infinite input is refused earlier
+        cols = self.columns
+        feats = torch.empty(x.shape[0], self.core_width if complete else cols["dmiss"].stop,
+                            dtype=cc.dtype, device=cc.device)
         if self.cont:
-            xc = x if self.all_continuous else x[:, self.cont_t]  # (rows, Vc)
-            z = torch.addcmul(self.shift_t, xc, self.inv_scale_t)  # (x - center) / scale
-            if not torch.isfinite(z.sum()):  # one reduction instead of a mask when nothing is missing
+            z = feats[:, cols["lin"]]
+            torch.addcmul(self.shift_t, x if self.all_continuous else x[:, self.cont_t], self.inv_scale_t,
+                          out=z)  # (x - center) / scale
+            if not complete:
                 missing = torch.isnan(z)
-                z = torch.where(missing, 0.0, z)
-                add("obs", (~missing).to(cc.dtype))
-                add("miss", missing.to(cc.dtype))
-            elif "obs" in coef:
-                out.add_(self.obs_total[mode])  # every variable observed: a constant per node
-            add("sq", z * z)
-            add("lin", z)
+                z.masked_fill_(missing, 0.0)
+                feats[:, cols["obs"]] = ~missing
+                feats[:, cols["miss"]] = missing
+            torch.mul(z, z, out=feats[:, cols["sq"]])
         if self.disc:
-            add("onehot", (x[:, self.onehot_var] == self.onehot_state).to(cc.dtype))
-            missing = torch.isnan(x[:, self.disc_t])
-            if missing.any():
-                add("dmiss", missing.to(cc.dtype))
-        return out
+            feats[:, cols["onehot"]] = x[:, self.onehot_var] == self.onehot_state
+            if not complete:
+                feats[:, cols["dmiss"]] = torch.isnan(x[:, self.disc_t])
+        if complete:
+            return times(core, feats) + constant
+        return times(full, feats)
+
+
+def times(coef: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+    """coef (n, W) @ feats.T for feats (rows, W), dense or sparse coefficients."""
+    return coef @ (feats.T if coef.layout == torch.strided else feats.T.contiguous())
+
+
+def matrix(cc, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape) -> torch.Tensor:
+    """A (rows, cols) coefficient matrix on the circuit's device: dense, or sparse CSR when at
+    most DENSE_LIMIT of its entries are non-zero (large circuits)."""
+    coo = torch.sparse_coo_tensor(torch.from_numpy(np.stack([rows, cols])), torch.from_numpy(vals),
+                                  shape, check_invariants=True).coalesce().to(cc.dtype)
+    if len(vals) > DENSE_LIMIT * shape[0] * shape[1]:
+        return coo.to_dense().to(cc.device)
+    with warnings.catch_warnings():  # torch calls its CSR support "beta"
+        warnings.simplefilter("ignore", UserWarning)
+        return coo.to_sparse_csr().to(cc.device)

@@ -200,7 +200,7 @@ class Ensemble:
     probabilities; both in the student's encoding. Distilling the ensemble's conditionals
     rather than fitting sampled values removes the sampling noise from the targets."""
 
-    def __init__(self, teachers: list["NGM"], layout: Layout) -> None:
+    def __init__(self, teachers: list["NGM"], layout: Layout, taught: np.ndarray | None = None) -> None:
         self.layout, self.parts = layout, []
         names = layout.schema.names
         for t in teachers:
@@ -214,6 +214,14 @@ class Ensemble:
             self.parts.append((t, torch.as_tensor(scale), torch.as_tensor(shift), torch.as_tensor(t.layout.means())))
         self.E = torch.as_tensor(layout.membership())
         self.cat = [b for f, b in zip(layout.schema.features, layout.blocks) if not numeric(f)]
+        # (rows,) bool: the training rows that get soft targets; None = all
+        self.taught = None if taught is None else torch.as_tensor(np.asarray(taught, dtype=bool))
+
+    def targets(self, X: torch.Tensor, rows: torch.Tensor, inputs: torch.Tensor,
+                hidden: torch.Tensor) -> torch.Tensor:
+        """Fit targets for the batch ``X`` (training-table ``rows``): soft where taught."""
+        soft = self(inputs, hidden)
+        return soft if self.taught is None else torch.where(self.taught[rows][:, None], soft, X)
 
     def __call__(self, inputs: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         cols = hidden @ self.E
@@ -246,7 +254,8 @@ def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
     if len(tr) == 0:
         raise FedpgmError(f"{n} row(s) are too few to train an NGM with a validation split; add rows")
     Xt, St = torch.as_tensor(X), torch.as_tensor(seen, dtype=torch.float32)
-    Xv, Sv = (Xt[val], St[val]) if n_val else (Xt[tr], St[tr])
+    vrows = torch.as_tensor(val if n_val else tr)
+    Xv, Sv = Xt[vrows], St[vrows]
     opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=settings.lr)
     stop, history = EarlyStopping(net, settings.patience, tolerance=1e-5), []
     for epoch in range(settings.epochs):
@@ -255,15 +264,14 @@ def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
         total = 0.0
         for start in range(0, len(perm), settings.batch_size):
             idx = torch.as_tensor(perm[start:start + settings.batch_size])
-            xb, sb = Xt[idx], St[idx]
-            loss = step_loss(net, objective, xb, sb, gen, teacher)
+            loss = step_loss(net, objective, Xt[idx], St[idx], idx, gen, teacher)
             opt.zero_grad()
             loss.backward()
             net.mask_gradients()
             opt.step()
             total += float(loss.detach()) * len(idx)
         with torch.no_grad():
-            v = float(step_loss(net, objective, Xv, Sv, val_gen, teacher))
+            v = float(step_loss(net, objective, Xv, Sv, vrows, val_gen, teacher))
         history.append({"epoch": epoch + 1, "train_loss": total / len(tr), "val_loss": v})
         if progress is not None:
             progress(epoch + 1, v)
@@ -273,10 +281,11 @@ def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
     return history
 
 
-def step_loss(net: NGMNet, objective: Objective, X: torch.Tensor, seen: torch.Tensor,
+def step_loss(net: NGMNet, objective: Objective, X: torch.Tensor, seen: torch.Tensor, rows: torch.Tensor,
               gen: torch.Generator, teacher: Ensemble | None) -> torch.Tensor:
+    """The objective on a batch ``X`` (the training table's ``rows``) with random inputs hidden."""
     inputs, hidden = hide(X, seen, objective.layout, gen)
-    target = X if teacher is None else teacher(inputs, hidden)
+    target = X if teacher is None else teacher.targets(X, rows, inputs, hidden)
     return objective(net, inputs, seen * hidden, target)
 
 
@@ -301,12 +310,14 @@ class NGM:
     @staticmethod
     def fit(frame: pd.DataFrame, schema: Schema, graph: nx.Graph | None = None,
             settings: NGMSettings | None = None, layout: Layout | None = None,
-            progress=None, teachers: list["NGM"] | None = None) -> "NGM":
+            progress=None, teachers: list["NGM"] | None = None,
+            taught: np.ndarray | None = None) -> "NGM":
         """Learn an NGM on ``frame``'s ``schema`` columns under ``graph`` (None: NGR or complete).
 
         ``layout`` fixes the encoding (e.g. the federation's agreed statistics); by default it
         is fitted on ``frame``. ``teachers``: distil their ensemble on ``frame``'s rows (the
-        fit targets are the teachers' mean predictions, see ``Ensemble``).
+        fit targets are the teachers' mean predictions, see ``Ensemble``); ``taught`` (rows,)
+        bool limits that to some rows (e.g. synthetic ones), the others fit their own values.
         """
         settings = settings or NGMSettings()
         schema.check_names(frame.columns.intersection(schema.names))
@@ -328,7 +339,7 @@ class NGM:
         torch.manual_seed(settings.seed)
         net = NGMNet([D] + [settings.hidden] * settings.layers + [D], seed=settings.seed)
         objective = Objective(layout, graph, settings.revealer, settings.lam)
-        teacher = Ensemble(teachers, layout) if teachers else None
+        teacher = Ensemble(teachers, layout, taught) if teachers else None
         history = train(net, objective, X, seen, settings, progress, teacher)
         model = NGM(layout, graph, net, settings, history=history)
         if settings.revealer:

@@ -112,14 +112,15 @@ def distil(models: dict[str, NGM], n_rows: dict[str, int], merged: nx.Graph, set
            public: pd.DataFrame | None = None, seed: int = 0, sweeps: int = 0,
            soft: bool = False) -> tuple[NGM, dict]:
     """The global NGM trained on samples of the client ``models`` (plus ``public`` rows) under
-    the ``merged`` graph, and the row counts it saw. ``soft``: its fit targets are the client
-    models' mean predictions for the same inputs (ensemble distillation, also on public rows)
-    rather than the sampled values themselves."""
+    the ``merged`` graph, and the row counts it saw. ``soft``: on the synthetic rows its fit
+    targets are the client models' mean predictions for the same inputs (ensemble
+    distillation) rather than the sampled values themselves; public rows keep their values."""
     schema = next(iter(models.values())).schema
     synthetic = draw_samples(models, {c: n_rows[c] for c in models}, samples, allocation, seed, sweeps)
     table = synthetic if public is None else pd.concat([synthetic, public[schema.names]], ignore_index=True)
     teachers = [models[c] for c in sorted(models)] if soft else None
-    return NGM.fit(table, schema, merged, settings, teachers=teachers), {
+    taught = np.arange(len(table)) < len(synthetic)
+    return NGM.fit(table, schema, merged, settings, teachers=teachers, taught=taught), {
         "synthetic_rows": len(synthetic), "public_rows": 0 if public is None else len(public)}
 
 
