@@ -14,6 +14,7 @@ def test_fcm_on_flower_matches_in_process():
     _, local = run_fcm(FCMSettings(network="asia", clients=4, rounds=rounds), data=data)
     _, remote = run_fcm(FCMSettings(network="asia", clients=4, rounds=rounds, backend="flower"), data=data)
     assert remote["backend"] == "flower"
+    assert len(remote["connected_at_start"]) == 2  # the 2 late clients' SuperNodes connected at the join
     assert remote["joins"][0]["added"] == local["joins"][0]["added"]  # the late joiners grew the model
     assert remote["rounds"] == local["rounds"] and remote["coverage"] == local["coverage"]
     assert remote["task_accuracy"] == pytest.approx(local["task_accuracy"], abs=0.01)

@@ -72,6 +72,11 @@ def autoencode(v: np.ndarray, latent: int, seed: int, epochs: int = 30) -> np.nd
         return enc(V).numpy()
 
 
+def standardise(z: np.ndarray) -> np.ndarray:
+    """Each column to mean 0, standard deviation 1."""
+    return (z - z.mean(0)) / np.maximum(z.std(0), 1e-6)
+
+
 def make_concept_data(network: str, task: str | None = None, rows: int | None = None,
                       seed: int = 0, latent: int | None = None, noise: float = 0.5) -> ConceptData:
     """Sample ``bn:network``, build the inputs and the 70/10/20 split (see the module doc)."""
@@ -88,8 +93,8 @@ def make_concept_data(network: str, task: str | None = None, rows: int | None = 
     v = one_hot(codes[:, :-1], [cards[n] for n in concepts])
     z = autoencode(v, latent or LATENT.get(network, 64), seed)
     rng = np.random.default_rng(seed)
-    z = (1 - noise) * z + noise * rng.normal(size=z.shape).astype(np.float32)
-    z = (z - z.mean(0)) / np.maximum(z.std(0), 1e-6)
+    z = standardise(z)  # signal and noise in equal units, so "50/50" means equal variance shares
+    z = standardise((1 - noise) * z + noise * rng.normal(size=z.shape).astype(np.float32))
     split = rng.choice(3, size=len(codes), p=[0.7, 0.1, 0.2])
     return ConceptData(network, task, nodes, cards, {n: ds.schema[n].categories for n in nodes},
                        codes, z.astype(np.float32), split, ds.graph)

@@ -79,10 +79,11 @@ def test_metrics(model: ConceptModel, d: ConceptData) -> dict:
     te = d.part(2)
     out = evaluate(model, d.x[te], d.codes[te], d.nodes, d.task, d.cards, d.dag)
     depth = depths(d.dag)
-    out["intervention_accuracy"] = [
-        {"depth": level, "task_accuracy": evaluate(model, d.x[te], d.codes[te], d.nodes, d.task, d.cards,
-                                                   d.dag, intervene_depth=level)["task_accuracy"]}
-        for level in range(0, max(depth.values()))]
+    out["intervention_accuracy"] = []
+    for level in range(0, max(depth.values())):
+        m = evaluate(model, d.x[te], d.codes[te], d.nodes, d.task, d.cards, d.dag, intervene_depth=level)
+        out["intervention_accuracy"].append({"depth": level, "task_accuracy": m["task_accuracy"],
+                                             "label_accuracy": m["label_accuracy"]})
     return out
 
 
@@ -116,6 +117,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
                 out["ledger"] = fed.ledger.totals()
             report["privacy_audit_messages"] = audit.checked
         report.update(backend=s.backend, bytes_up=out["ledger"]["bytes_up"], bytes_down=out["ledger"]["bytes_down"])
+        if "connected_at_start" in out:  # Flower: who was connected before the join round
+            report["connected_at_start"] = out["connected_at_start"]
         model = out["model"]
         report.update(rounds=len(out["history"]), val_task_loss=[h["val_task_loss"] for h in out["history"]],
                       joins=out["joins"], removed_edges=out["removed_edges"],
@@ -143,7 +146,12 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
             model = ConceptModel(r.kind, d.x.shape[1], d.cards, g, d.task, r.hidden, r.emb, r.seed)
             history = train_alone(model, x, codes, nodes, val, r)
             per.append(test_metrics(model, d) | {"rounds": len(history)})
-        report.update({k: float(np.mean([p[k] for p in per])) for k in ("task_accuracy", "concept_accuracy", "coverage")})
+        report.update({k: float(np.mean([p[k] for p in per]))
+                       for k in ("task_accuracy", "concept_accuracy", "label_accuracy", "coverage")})
+        report["intervention_accuracy"] = [
+            {"depth": level["depth"], **{k: float(np.mean([p["intervention_accuracy"][i][k] for p in per]))
+                                        for k in ("task_accuracy", "label_accuracy")}}
+            for i, level in enumerate(per[0]["intervention_accuracy"])]
         report.update(rounds=int(np.mean([p["rounds"] for p in per])), fraction_params_changed=0.0,
                       bytes_up=0, bytes_down=0, val_task_loss=[])
         report["per_client"] = per
@@ -154,7 +162,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
 def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d: ConceptData,
                val: tuple[np.ndarray, np.ndarray], r: RoundSettings) -> dict:
     """The same rounds on a loopback Flower deployment (SuperLink + one SuperNode per client);
-    each node holds only its CSV and its concept graph (manifest ``meta``)."""
+    each node holds only its CSV and its concept graph (manifest ``meta``). The ``late`` clients'
+    SuperNodes start only when the server reaches the join round and waits for them."""
     from fedpgm.federation.deploy import LoopbackDeployment
 
     full = Schema(tuple({f.name: f for c in clients for f in c.schema.features}.values()))
@@ -164,9 +173,14 @@ def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d
         np.savez(tmp / "val.npz", x=val[0], y=val[1])
         args = {"initial": initial, "late": late, "cards": d.cards, "task": d.task, "input_dim": int(d.x.shape[1]),
                 "val": str(tmp / "val.npz"), "settings": asdict(r), "out": str(tmp / "model")}
-        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower") as dep:
-            result = dep.run("fedpgm.concepts.experiment:flower_procedure", "fedpgm.concepts.federation:HANDLERS",
-                             args, timeout=3600)
+        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower", clients=initial) as dep:
+            run = dep.submit("fedpgm.concepts.experiment:flower_procedure", "fedpgm.concepts.federation:HANDLERS",
+                             args, clients=len(initial), timeout=3600)
+            if late:  # the late clients' SuperNodes connect when the server asks for them
+                run.wait_for("waiting for clients", timeout=3600)
+                for c in late:
+                    dep.start_node(c)
+            result = run.result(3600)
         model, _ = load_model(tmp / "model")
     return {**result, "model": model}
 
@@ -177,7 +191,9 @@ def flower_procedure(fed, initial: list[str], late: list[str], cards: dict, task
     s = RoundSettings(**{**settings, "train": TrainSettings(**settings["train"])})
     with np.load(val, allow_pickle=False) as z:
         v = (z["x"], z["y"])
+    connected = list(fed.clients)  # before the join round: the late clients are not there yet
     res = run_rounds(fed, initial, late, cards, task, input_dim, v, s)
     save_model(res["model"], out)
-    return {"history": res["history"], "joins": res["joins"], "removed_edges": res["removed_edges"],
+    return {"connected_at_start": connected, "history": res["history"], "joins": res["joins"],
+            "removed_edges": res["removed_edges"],
             "epsilon_spent": res["epsilon_spent"], "ledger": fed.ledger.totals()}

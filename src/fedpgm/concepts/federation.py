@@ -127,6 +127,7 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
     stop = EarlyStopping(model, s.patience)
     for r in range(1, s.rounds + 1):
         if r == s.join_round and late:
+            fed.admit(late)  # on Flower, the late clients' SuperNodes connect now
             info.update({c: m.config for c, m in fed.broadcast("describe", clients=late).require_all().items()})
             before = {k: v.clone() for k, v in model.state_dict().items()}
             join = {"round": r, "clients": len(info)}

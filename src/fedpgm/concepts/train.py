@@ -145,7 +145,9 @@ def evaluate(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: list[
     """task accuracy; concept accuracy over every concept of the network (a concept the model
     does not predict counts as a random guess, 1/card); coverage of the task-relevant concepts
     (ancestors of the task in the true DAG) by the model's concepts. ``intervene_depth``: true
-    values given for every concept at depth <= it in the true DAG."""
+    values given for every concept at depth <= it in the true DAG. Label accuracy: the mean
+    accuracy over the variables the model predicts (task included) that were not intervened
+    on (the paper's Fig. 2)."""
     model.eval()
     X, Y = torch.as_tensor(x), torch.as_tensor(codes, dtype=torch.long)
     mask = None
@@ -164,7 +166,11 @@ def evaluate(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: list[
             accs.append(float((logits[n].argmax(1) == Y[:, col[n]]).float().mean()))
         else:
             accs.append(1.0 / cards[n])
+    intervened = set() if mask is None else {n for n, m in zip(nodes, mask[0].tolist()) if m}
+    label = [float((logits[n].argmax(1) == Y[:, col[n]]).float().mean())
+             for n in nodes if n in logits and n not in intervened]
     relevant = nx.ancestors(dag, task)
     covered = relevant & set(model.concepts)
     return {"task_accuracy": task_acc, "concept_accuracy": float(np.mean(accs)),
+            "label_accuracy": float(np.mean(label)),
             "coverage": len(covered) / len(relevant) if relevant else 1.0}

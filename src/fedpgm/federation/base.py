@@ -85,6 +85,13 @@ class Federation(ABC):
                   timeout: float | None) -> dict[str, Outcome]:
         """Deliver each client's request bytes; return reply bytes or a failure per client."""
 
+    def admit(self, clients: list[str], wait_s: float | None = None) -> None:
+        """Make sure ``clients`` are reachable before addressing them for the first time.
+        Backends whose clients connect late (Flower) wait for them; here they must exist."""
+        unknown = [c for c in clients if c not in self._clients]
+        if unknown:
+            raise FedpgmError(f"unknown client(s) {unknown}; the federation has {self._clients}")
+
     def close(self) -> None:
         """Release processes or connections (idempotent)."""
 

@@ -196,6 +196,15 @@ class Run:
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
+    def wait_for(self, text: str, timeout: float = 300.0) -> None:
+        """Block until the run's streamed output contains ``text`` (e.g. a procedure's log line)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if self.result_path.exists() or time.monotonic() > deadline:
+                raise FedpgmError(f"the Flower run ended or timed out before printing '{text}': "
+                                  f"{self.output()[-800:].strip()}")
+            time.sleep(0.2)
+
     def result(self, timeout: float = 300.0) -> dict:
         deadline = time.monotonic() + timeout
         while not self.result_path.exists() and time.monotonic() < deadline:

@@ -65,24 +65,43 @@ class FlowerFederation(Federation):
 
     def __init__(self, grid: Grid, handlers: HandlerSet, expected: int, wait_s: float = 120.0,
                  audit=None) -> None:
-        self.grid, self.handlers = grid, handlers
-        deadline = time.monotonic() + wait_s
-        while len(nodes := sorted(grid.get_node_ids())) < expected:
-            if time.monotonic() > deadline:
-                raise FedpgmError(f"only {len(nodes)} of {expected} SuperNodes connected within "
-                                  f"{wait_s} s; start the missing ones or lower 'clients'")
-            time.sleep(0.5)
-        asks = [FlowerMessage(RecordDict(), dst_node_id=n, message_type=f"query.{HELLO}")
-                for n in nodes]
+        self.grid, self.handlers, self.wait_s = grid, handlers, wait_s
         self.node_of: dict[str, int] = {}
-        for reply in grid.send_and_receive(asks, timeout=wait_s):
-            if reply.has_content():
-                cid = str(reply.content["hello"]["client-id"])
-                if cid in self.node_of:
-                    raise FedpgmError(f"two SuperNodes claim client id '{cid}'; give each its own")
-                self.node_of[cid] = reply.metadata.src_node_id
+        self.greet(expected, wait_s)
         super().__init__(sorted(self.node_of), audit)
         self.log(f"clients: {self.node_of}")
+
+    def greet(self, expected: int, wait_s: float) -> None:
+        """Wait until ``expected`` SuperNodes are known, asking each new one its client id."""
+        deadline = time.monotonic() + wait_s
+        while len(self.node_of) < expected:
+            new = sorted(set(self.grid.get_node_ids()) - set(self.node_of.values()))
+            asks = [FlowerMessage(RecordDict(), dst_node_id=n, message_type=f"query.{HELLO}") for n in new]
+            for reply in self.grid.send_and_receive(asks, timeout=wait_s) if asks else []:
+                if reply.has_content():
+                    cid = str(reply.content["hello"]["client-id"])
+                    if cid in self.node_of:
+                        raise FedpgmError(f"two SuperNodes claim client id '{cid}'; give each its own")
+                    self.node_of[cid] = reply.metadata.src_node_id
+            if len(self.node_of) >= expected:
+                break
+            if time.monotonic() > deadline:
+                raise FedpgmError(f"only {len(self.node_of)} of {expected} SuperNodes connected within "
+                                  f"{wait_s} s; start the missing ones or lower 'clients'")
+            time.sleep(0.5)
+
+    def admit(self, clients: list[str], wait_s: float | None = None) -> None:
+        """Clients that connect late: wait (``wait_s``, default the federation's) for their
+        SuperNodes, then address them like the others."""
+        missing = [c for c in clients if c not in self.node_of]
+        if missing:
+            self.log(f"waiting for clients {missing}")
+            self.greet(len(self.node_of) + len(missing), self.wait_s if wait_s is None else wait_s)
+            strangers = [c for c in missing if c not in self.node_of]
+            if strangers:
+                raise FedpgmError(f"SuperNodes connected, but not client(s) {strangers}; check their client-id")
+            self.log(f"clients joined: {missing}")
+        self._clients += [c for c in clients if c not in self._clients]
 
     def log(self, text: str) -> None:
         print(f"fedpgm: {text}", flush=True)  # the ServerApp's output is what `flwr run` streams
