@@ -7,7 +7,7 @@ from fedpgm.concepts.data import make_concept_data
 from fedpgm.concepts.experiment import FCMSettings, make_clients, run_fcm
 from fedpgm.concepts.federation import RoundSettings
 from fedpgm.concepts.models import KINDS, ConceptModel, arrays
-from fedpgm.concepts.train import TrainSettings, average, local_train
+from fedpgm.concepts.train import TrainSettings, average, evaluate, local_train
 from fedpgm.errors import FedpgmError
 
 
@@ -77,13 +77,16 @@ def test_fcm_grows_and_beats_static_on_coverage(asia):
     rounds = dict(kind="cbm", rounds=40, per_round=4, join_round=4, patience=8, hidden=16, emb=4,
                   train=TrainSettings(lr=1e-2, epochs=3, batch_size=128))
     settings = dict(network="asia", clients=8)
-    _, fcm = run_fcm(FCMSettings(**settings, rounds=RoundSettings(regime="fcm", **rounds)), data=asia)
+    model, fcm = run_fcm(FCMSettings(**settings, rounds=RoundSettings(regime="fcm", **rounds)), data=asia)
     _, static = run_fcm(FCMSettings(**settings, rounds=RoundSettings(regime="static", **rounds)), data=asia)
     assert fcm["coverage"] == 1.0 and fcm["coverage"] > static["coverage"]
     assert fcm["joins"][0]["added"] and 0 < fcm["fraction_params_changed"] < 1
     assert fcm["privacy_audit_messages"] > 0 and fcm["bytes_up"] > 0
     assert len(fcm["val_task_loss"]) == fcm["rounds"] and fcm["task_accuracy"] > 0.65  # majority class: 0.56
     assert len(fcm["intervention_accuracy"]) >= 1
+    te = asia.part(2)  # every concept given: only the task is left to score, label = task accuracy
+    every = evaluate(model, asia.x[te], asia.codes[te], asia.nodes, asia.task, asia.cards, asia.dag, 99)
+    assert every["label_accuracy"] == every["task_accuracy"] > fcm["task_accuracy"]
 
 
 def test_bad_input_is_refused(asia):

@@ -112,8 +112,9 @@ def intervene(
     model_dir: Annotated[Path, typer.Argument(help="A folder written by `fedpgm concepts fit --out`")],
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the accuracies JSON here")] = None,
 ) -> None:
-    """Task accuracy on the model's test rows with true concept values given at increasing depths
-    of the true DAG (the data is regenerated from the network and seed stored with the model)."""
+    """Task and label accuracy on the model's test rows with true concept values given at
+    increasing depths of the true DAG (the data is regenerated from the network and seed stored
+    with the model); label accuracy averages the predicted variables not intervened on."""
     from fedpgm.concepts.data import make_concept_data
     from fedpgm.concepts.experiment import test_metrics
     from fedpgm.concepts.models import load_model
@@ -122,6 +123,7 @@ def intervene(
     d = make_concept_data(meta["network"], meta["task"], meta.get("rows"), int(meta.get("seed", 0)))
     result = test_metrics(model, d)
     for lv in result["intervention_accuracy"]:
-        console.print(f"depth <= {lv['depth']}: task accuracy {lv['task_accuracy']:.3f}")
+        console.print(f"depth <= {lv['depth']}: task accuracy {lv['task_accuracy']:.3f}, "
+                      f"label accuracy {lv['label_accuracy']:.3f}")
     if json_out is not None:
         json_out.write_text(json.dumps(result, indent=1) + "\n")
