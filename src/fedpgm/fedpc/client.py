@@ -10,6 +10,7 @@
   row id: memberships, not data.
 - ``loglik``: per-row log-likelihoods of the kept circuits for query rows the server sends
   (only the columns this client holds); split placement evaluates the FedPC this way.
+- ``fit_tree``: FC[DT]'s decision tree on this client's columns and labelled rows, as arrays.
 
 Timings in replies (``seconds``) are this process's CPU time, i.e. the time the work takes on a
 machine of its own, whatever else shares this one.
@@ -30,6 +31,7 @@ from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
+from fedpgm.fedpc.trees import Tree
 
 HANDLERS = HandlerSet("fedpc")
 FOLDER = "fedpc"
@@ -124,3 +126,17 @@ def loglik(request: Message, ctx: ClientContext) -> Message:
                 local[:, j] = X[:, c]
         out[:, i] = log_likelihood(CompiledCircuit(circuit), local)
     return Message("loglik", {"loglik": out}, {"keys": keys})
+
+
+@HANDLERS.train("fit_tree")
+def fit_tree(request: Message, ctx: ClientContext) -> Message:
+    """FC[DT]: one decision tree on this client's columns and labelled rows (``fedpc.trees``)."""
+    cfg = request.config
+    schema = ctx.data.schema
+    if schema.label is None:
+        raise FedpgmError(f"client '{ctx.client_id}' holds no label; it cannot fit an FC[DT] tree")
+    start = time.process_time()
+    tree = Tree.fit(ctx.data.train, schema, cfg["max_depth"], int(cfg["min_samples_leaf"]), int(cfg["seed"]))
+    msg = tree.to_message()
+    msg.config["seconds"] = time.process_time() - start
+    return msg

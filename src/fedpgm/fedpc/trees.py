@@ -1,0 +1,193 @@
+"""FC[DT]: a federated circuit whose leaves are decision trees and whose root averages them.
+
+The FedPC paper notes that federated circuits are not restricted to probabilistic leaves:
+"parameterizing leaves by decision trees and introducing a node that performs averaging yields a
+bagging model" (its FC[DT] rows of Table 7). Here every client that holds the label fits one
+scikit-learn ``DecisionTreeClassifier`` on its own columns and rows (horizontal: all columns,
+its rows; vertical/hybrid: its columns, with the label shared to it), once; the server's root
+averages the trees' class probabilities weighted by the clients' row counts.
+
+A tree travels as arrays (children, split feature and threshold, missing-value direction, leaf
+class frequencies): a model, never rows. It is evaluated here by a vectorised walk (one step
+per tree level for all rows at once) because files a user loads are never unpickled, so a
+scikit-learn object cannot be stored; ``tests/fedpc/test_fcdt.py`` checks the walk against
+scikit-learn's own ``predict_proba``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.tree import DecisionTreeClassifier
+
+from fedpgm.data.schema import Schema
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.base import Federation
+from fedpgm.federation.codec import Message
+from fedpgm.files import atomic_folder
+
+ARRAYS = ("left", "right", "feature", "threshold", "missing_left", "proba")
+
+
+@dataclass
+class Tree:
+    """One client's tree over ``columns``; node arrays of length n_nodes, ``proba`` (n_nodes, K)."""
+
+    columns: list[str]
+    left: np.ndarray  # child index, -1 at leaves; children always follow their parent
+    right: np.ndarray
+    feature: np.ndarray  # index into ``columns`` (-2 at leaves)
+    threshold: np.ndarray  # go left when x <= threshold
+    missing_left: np.ndarray  # where a missing value goes (1 = left)
+    proba: np.ndarray  # class frequencies of the training rows reaching each node
+    weight: float  # the client's training rows
+
+    @staticmethod
+    def fit(frame: pd.DataFrame, schema: Schema, max_depth: int | None, min_samples_leaf: int,
+            seed: int) -> "Tree":
+        """Fit on ``frame``'s feature columns against ``schema.label`` (codes 0..K-1)."""
+        label = schema.label
+        columns = schema.feature_names
+        if not columns:
+            raise FedpgmError("a client holds only the label; FC[DT] needs at least one feature column")
+        y = frame[label].to_numpy(dtype=int)
+        clf = DecisionTreeClassifier(max_depth=max_depth, min_samples_leaf=min_samples_leaf, random_state=seed)
+        clf.fit(frame[columns].to_numpy(dtype=float), y)
+        t = clf.tree_
+        counts = np.zeros((t.node_count, schema[label].cardinality))
+        counts[:, clf.classes_] = t.value[:, 0, :]
+        missing = getattr(t, "missing_go_to_left", np.ones(t.node_count, np.uint8))
+        return Tree(columns, t.children_left.astype(np.int64), t.children_right.astype(np.int64),
+                    t.feature.astype(np.int64), t.threshold.astype(float), np.asarray(missing, np.int64),
+                    counts / counts.sum(axis=1, keepdims=True), float(len(frame)))
+
+    def check(self, what: str) -> None:
+        """Refuse arrays that do not form a tree over ``columns`` (names ``what`` in the error)."""
+        n = len(self.left)
+        shapes = [len(a) for a in (self.right, self.feature, self.threshold, self.missing_left)]
+        if n == 0 or any(s != n for s in shapes) or self.proba.ndim != 2 or len(self.proba) != n:
+            raise FedpgmError(f"{what}: node arrays of different lengths")
+        inner = self.left >= 0
+        nodes = np.arange(n)
+        if (np.any((self.right >= 0) != inner) or np.any(self.left[inner] <= nodes[inner])
+                or np.any(self.right[inner] <= nodes[inner]) or np.any(self.left >= n) or np.any(self.right >= n)):
+            raise FedpgmError(f"{what}: children must follow their parent inside the node arrays")
+        if np.any((self.feature[inner] < 0) | (self.feature[inner] >= len(self.columns))):
+            raise FedpgmError(f"{what}: a split names a column outside {self.columns}")
+        if not (np.all(np.isfinite(self.proba)) and np.allclose(self.proba.sum(axis=1), 1.0)
+                and np.all(self.proba >= 0)) or not self.weight > 0:
+            raise FedpgmError(f"{what}: leaf class frequencies must be non-negative and sum to 1")
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """X (rows, len(columns)) -> (rows, K): the class frequencies of the leaf each row reaches."""
+        node = np.zeros(len(X), dtype=np.int64)
+        rows = np.arange(len(X))
+        active = self.left[node] >= 0
+        while active.any():
+            r, k = rows[active], node[active]
+            x = X[r, self.feature[k]]
+            go_left = np.where(np.isnan(x), self.missing_left[k] == 1, x <= self.threshold[k])
+            node[r] = np.where(go_left, self.left[k], self.right[k])
+            active[r] = self.left[node[r]] >= 0
+        return self.proba[node]
+
+    def to_message(self) -> Message:
+        return Message("tree", {k: getattr(self, k) for k in ARRAYS},
+                       {"columns": self.columns, "weight": self.weight})
+
+    @staticmethod
+    def from_arrays(arrays: dict, columns: list[str], weight: float, what: str) -> "Tree":
+        tree = Tree(list(columns), *(np.asarray(arrays[k]) for k in ARRAYS[:-1]),
+                    np.asarray(arrays["proba"], dtype=float), float(weight))
+        tree.check(what)
+        return tree
+
+
+class TreeBagging:
+    """The FC[DT] model: p(label | x) = sum_k w_k tree_k(x restricted to its columns) / sum_k w_k."""
+
+    def __init__(self, trees: dict[str, Tree], label: str, classes: list[str], info: dict | None = None) -> None:
+        self.trees, self.label, self.classes = trees, label, list(classes)
+        self.info = info or {}
+
+    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
+        """(rows, K) class probabilities; ``frame`` needs every column a tree splits on."""
+        total = sum(t.weight for t in self.trees.values())
+        out = np.zeros((len(frame), len(self.classes)))
+        for client, t in self.trees.items():
+            missing = [c for c in t.columns if c not in frame.columns]
+            if missing:
+                raise FedpgmError(f"the rows lack column(s) {missing} that client '{client}'s tree uses")
+            out += t.weight / total * t.predict_proba(frame[t.columns].to_numpy(dtype=float))
+        return out
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        return self.predict_proba(frame).argmax(axis=1)
+
+    def save(self, folder: str | Path) -> None:
+        """``trees.json`` (structure) + ``trees.npz`` (arrays), written atomically."""
+        meta = {"format": "fedpgm-fcdt-1", "label": self.label, "classes": self.classes, "info": self.info,
+                "trees": [{"client": c, "columns": t.columns, "weight": t.weight} for c, t in self.trees.items()]}
+        arrays = {f"{i}_{k}": getattr(t, k) for i, t in enumerate(self.trees.values()) for k in ARRAYS}
+        with atomic_folder(folder) as tmp:
+            (tmp / "trees.json").write_text(json.dumps(meta, indent=1))
+            np.savez(tmp / "trees.npz", **arrays)
+
+    @staticmethod
+    def load(folder: str | Path) -> "TreeBagging":
+        folder = Path(folder)
+        try:
+            meta = json.loads((folder / "trees.json").read_text())
+            with np.load(folder / "trees.npz", allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except FileNotFoundError as e:
+            raise FedpgmError(f"{folder} is not an FC[DT] model folder ({e.filename} is missing)") from None
+        except (ValueError, OSError) as e:
+            raise FedpgmError(f"{folder}: damaged FC[DT] files ({e})") from None
+        if meta.get("format") != "fedpgm-fcdt-1":
+            raise FedpgmError(f"{folder}/trees.json is not an FC[DT] model (format {meta.get('format')!r})")
+        trees = {}
+        for i, entry in enumerate(meta["trees"]):
+            keys = {k: f"{i}_{k}" for k in ARRAYS}
+            if any(v not in arrays for v in keys.values()):
+                raise FedpgmError(f"{folder}/trees.npz lacks the arrays of tree {i}")
+            trees[entry["client"]] = Tree.from_arrays({k: arrays[v] for k, v in keys.items()}, entry["columns"],
+                                                      entry["weight"], f"{folder}, tree {i}")
+            if trees[entry["client"]].proba.shape[1] != len(meta["classes"]):
+                raise FedpgmError(f"{folder}, tree {i}: {trees[entry['client']].proba.shape[1]} classes, "
+                                  f"the model has {len(meta['classes'])}")
+        return TreeBagging(trees, meta["label"], meta["classes"], meta.get("info"))
+
+
+def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: int = 5,
+             seed: int = 0) -> TreeBagging:
+    """FC[DT] in one round: every client holding the label fits its tree; the server averages."""
+    t0 = time.perf_counter()
+    described = fed.broadcast("describe").require_all()
+    schemas = {c: Schema.from_dict(m.config["schema"]) for c, m in described.items()}
+    labels = {s.label for s in schemas.values() if s.label is not None}
+    if len(labels) > 1:
+        raise FedpgmError(f"clients name different labels {sorted(labels)}; agree on one")
+    holders = [c for c, s in schemas.items() if s.label is not None]
+    if not holders:
+        raise FedpgmError("no client holds the label; FC[DT] trains on labelled rows (give the label to "
+                          "one client or all: --label-to)")
+    if min_samples_leaf < 1 or (max_depth is not None and max_depth < 1):
+        raise FedpgmError("FC[DT] needs min_samples_leaf >= 1 and max_depth >= 1 (or none)")
+    replies = fed.broadcast("fit_tree", config={"max_depth": max_depth, "min_samples_leaf": min_samples_leaf,
+                                                "seed": seed}, clients=holders).require_all()
+    trees = {c: Tree.from_arrays(m.arrays, m.config["columns"], m.config["weight"], f"client '{c}'")
+             for c, m in sorted(replies.items())}
+    label = labels.pop()
+    classes = list(schemas[holders[0]][label].categories)
+    client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
+    info = {"clients_with_trees": sorted(trees), "train_seconds": time.perf_counter() - t0,
+            "client_seconds": client_seconds,
+            "critical_path_seconds": max(client_seconds.values()),
+            "communication": fed.ledger.totals()}
+    return TreeBagging(trees, label, classes, info)

@@ -1,0 +1,91 @@
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from sklearn.tree import DecisionTreeClassifier
+
+from fedpgm.data import load_dataset, partition
+from fedpgm.errors import FedpgmError
+from fedpgm.federation import InProcessFederation, PrivacyAudit
+from fedpgm.fedpc.trees import Tree, TreeBagging, fit_fcdt
+
+HANDLERS = "fedpgm.fedpc.client:HANDLERS"
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    return load_dataset("breast_cancer", seed=0)
+
+
+def run(part, **kw) -> TreeBagging:
+    audit = PrivacyAudit(part)
+    with InProcessFederation(part, HANDLERS, mode="sequential", audit=audit) as fed:
+        model = fit_fcdt(fed, **kw)
+    assert audit.checked > 0  # every reply (the trees) was searched for raw rows
+    return model
+
+
+def test_the_tree_walk_equals_scikit_learn_including_missing_values(cancer):
+    schema = cancer.schema
+    X = cancer.train[schema.feature_names].to_numpy(dtype=float, copy=True)
+    X[::7, 3] = np.nan  # trees learn where missing values go
+    frame = cancer.train.copy()
+    frame[schema.feature_names] = X
+    tree = Tree.fit(frame, schema, max_depth=6, min_samples_leaf=3, seed=0)
+    clf = DecisionTreeClassifier(max_depth=6, min_samples_leaf=3, random_state=0).fit(X, frame[schema.label])
+    test = cancer.test[schema.feature_names].to_numpy(dtype=float, copy=True)
+    test[::5, 3] = np.nan
+    np.testing.assert_allclose(tree.predict_proba(test), clf.predict_proba(test), atol=1e-12)
+
+
+def test_horizontal_fcdt_is_the_row_weighted_average_of_client_trees(cancer):
+    part = partition(cancer, "horizontal", 5, seed=0)
+    model = run(part, min_samples_leaf=3)
+    assert sorted(model.trees) == [c.client_id for c in part.clients]
+    proba = model.predict_proba(cancer.test)
+    by_hand = sum(len(c.train) * Tree.fit(c.train, c.schema, None, 3, 0).predict_proba(
+        cancer.test[c.schema.feature_names].to_numpy(dtype=float)) for c in part.clients) / len(cancer.train)
+    np.testing.assert_allclose(proba, by_hand, atol=1e-12)
+    accuracy = float((proba.argmax(1) == cancer.test[cancer.schema.label].to_numpy()).mean())
+    print(f"FC[DT] horizontal x5 breast cancer accuracy {accuracy:.3f}")
+    assert accuracy > 0.9  # majority class: 0.63
+    assert model.info["communication"]["bytes_up"] > 0
+
+
+def test_vertical_needs_the_label_at_the_clients_that_grow_trees(cancer):
+    shared = partition(cancer, "vertical", 3, seed=0, label_to="all")
+    model = run(shared)
+    assert len(model.trees) == 3 and all(len(t.columns) < len(cancer.schema.feature_names) for t in model.trees.values())
+    one = run(partition(cancer, "vertical", 3, seed=0, label_to="client-1"))
+    assert list(one.trees) == ["client-1"]
+    accuracy = float((model.predict(cancer.test) == cancer.test[cancer.schema.label].to_numpy()).mean())
+    assert accuracy > 0.9
+
+
+def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):
+    model = run(partition(cancer, "horizontal", 3, seed=1))
+    model.save(tmp_path / "m")
+    back = TreeBagging.load(tmp_path / "m")
+    np.testing.assert_array_equal(back.predict_proba(cancer.test), model.predict_proba(cancer.test))
+    meta = json.loads((tmp_path / "m" / "trees.json").read_text())
+    meta["trees"][0]["columns"] = meta["trees"][0]["columns"][:1]  # splits now name unknown columns
+    (tmp_path / "m" / "trees.json").write_text(json.dumps(meta))
+    with pytest.raises(FedpgmError, match="outside"):
+        TreeBagging.load(tmp_path / "m")
+    with np.load(tmp_path / "m" / "trees.npz") as z:
+        arrays = dict(z)
+    arrays["0_left"][0] = 0  # a node that is its own child: a walk would never end
+    np.savez(tmp_path / "m" / "trees.npz", **arrays)
+    meta["trees"][0]["columns"] = model.trees[meta["trees"][0]["client"]].columns
+    (tmp_path / "m" / "trees.json").write_text(json.dumps(meta))
+    with pytest.raises(FedpgmError, match="follow their parent"):
+        TreeBagging.load(tmp_path / "m")
+    with pytest.raises(FedpgmError, match="not an FC\\[DT\\] model folder"):
+        TreeBagging.load(tmp_path / "nothing")
+
+
+def test_no_label_anywhere_is_refused(cancer):
+    unlabelled = dataclasses.replace(cancer, schema=cancer.schema.with_label(None))
+    with pytest.raises(FedpgmError, match="no client holds the label"):
+        run(partition(unlabelled, "horizontal", 2, seed=0))
