@@ -38,3 +38,19 @@ def test_bad_input_exits_2_and_writes_nothing(cli, tmp_path):
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "m").exists()
     code, _, err = cli("fedpc", "evaluate", tmp_path, "wine")
     assert code == 2 and "no fedpc.json" in err
+
+
+def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path):
+    model, report = tmp_path / "trees", tmp_path / "t.json"
+    code, out, err = cli("fedpc", "fit", "breast_cancer", "--split", "vertical", "--clients", "3", "--learner", "tree",
+                         "--label-to", "all", "--out", model, "--json", report)
+    assert code == 0, err
+    r = json.loads(report.read_text())
+    assert r["method"] == "FC[DT]" and r["clients_with_trees"] == ["client-0", "client-1", "client-2"]
+    assert r["accuracy"] > 0.85 and r["bytes_up"] > 0 and "test_loglik" not in r
+    assert (model / "trees.json").is_file() and (model / "trees.npz").is_file()
+    table = tmp_path / "unlabelled.csv"
+    pd.DataFrame({"a": range(100), "b": [i % 7 * 1.5 for i in range(100)]}).to_csv(table, index=False)
+    code, _, err = cli("fedpc", "fit", f"csv:{table}", "--split", "horizontal", "--clients", "2",
+                       "--learner", "tree", "--json", tmp_path / "x.json")
+    assert code == 2 and "no label" in err and not (tmp_path / "x.json").exists()

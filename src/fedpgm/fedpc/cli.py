@@ -43,7 +43,10 @@ def fit(
     glue: Annotated[str, typer.Option(help="random (the paper), combinatorial, or aligned (shares "
                                            "each row's cluster index, not its data)")] = "random",
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
-    learner: Annotated[str, typer.Option(help="local learner: learnspn or ratspn")] = "learnspn",
+    learner: Annotated[str, typer.Option(help="local learner: learnspn, ratspn, or tree (FC[DT]: a decision "
+                                              "tree per labelled client under an averaging root)")] = "learnspn",
+    max_depth: Annotated[Optional[int], typer.Option(help="tree: maximum depth (default: unlimited)")] = None,
+    min_leaf: Annotated[int, typer.Option(help="tree: min rows per leaf")] = 5,
     min_instances: Annotated[int, typer.Option(help="LearnSPN: min rows per slice")] = 100,
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram")] = "gaussian",
@@ -70,13 +73,24 @@ def fit(
     if placement == "split" and out is not None:
         raise FedpgmError("--out saves an assembled model; with --placement split the circuits stay at "
                           "the clients, so use --placement server to save one")
-    params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf}
-              if learner == "learnspn" else {"leaf": leaf, "em_iterations": em_iterations})
+    params = {"learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf},
+              "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf}}.get(
+                  learner, {"leaf": leaf, "em_iterations": em_iterations})
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap),
                            centralized=not no_centralized)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
+    if learner == "tree":
+        from fedpgm.fedpc.experiment import run_fcdt
+
+        _, report = run_fcdt(ds, settings, out)
+        console.print(summary_line(report) + f"; trees from {report['clients_with_trees']}")
+        if out is not None:
+            console.print(f"saved the model to {out}")
+        if json_out is not None:
+            write_json(report, json_out)
+        return
     _, report = run_with_progress(ds, settings, out)
     console.print(summary_line(report))
     console.print(f"plan: {report['plan']}; critical path {report['critical_path_seconds']:.3f} s"
