@@ -1,0 +1,189 @@
+"""``fedpgm run CONFIG.toml``: a federated-classification/density experiment described by a file.
+
+A config names one dataset and a list of runs over its partitions, and optionally the baselines
+to run on the same partitions; everything runs through fedpgm's runtime in-process::
+
+    [experiment]
+    dataset = "breast_cancer"   # any `fedpgm datasets` name
+    seed = 0
+    out = "results/cancer"      # report.json, summary.png (written together at the end)
+    # rows, label, missing, test_size, data_dir: loader options (optional)
+
+    [[runs]]
+    method = "fedpc"            # fedpc (FC[PC]) or fcdt (FC[DT])
+    split = "horizontal"        # horizontal, vertical, hybrid
+    clients = 5
+    # fedpc: clusters, glue, products, learner, params = {...}; fcdt: params = {min_samples_leaf = 5}
+    # partition = {scheme = "iid"} or {label_to = "all"}, ...
+
+    [baselines]
+    hgb = true                  # HistGradientBoosting on the pooled table (a centralized reference)
+    fedavg = {rounds = 50}      # FedAvg of an MLP on every horizontal run's partition
+    splitnn = {epochs = 10}     # SplitNN on every vertical run's partition
+
+Unknown sections or keys are refused before anything runs, naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier
+
+from fedpgm.data import load_dataset, partition
+from fedpgm.errors import FedpgmError
+from fedpgm.federation import InProcessFederation
+from fedpgm.files import atomic_folder
+from fedpgm.fedpc.experiment import FitSettings, classification, run_fcdt, run_fedpc
+
+EXPERIMENT_KEYS = {"dataset", "seed", "out", "rows", "label", "missing", "test_size", "data_dir"}
+RUN_KEYS = {"method"} | {f.name for f in fields(FitSettings)} - {"seed"}
+METHODS = ("fedpc", "fcdt")
+BASELINE_KEYS = {"hgb", "fedavg", "splitnn"}
+BASELINE_OPTIONS = {"fedavg": {"rounds", "epochs", "lr", "batch_size"},
+                    "splitnn": {"epochs", "lr", "batch_size", "hidden"}}
+COLUMNS = ("test_loglik", "accuracy", "f1_macro", "relative_runtime", "bytes")
+
+
+def check_keys(table: dict, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise FedpgmError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def read_config(path: str | Path) -> dict:
+    """The parsed and checked config (see the module doc)."""
+    path = Path(path)
+    try:
+        config = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise FedpgmError(f"no config file {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise FedpgmError(f"{path} is not valid TOML: {e}") from None
+    check_keys(config, {"experiment", "runs", "baselines"}, str(path))
+    exp = config.get("experiment")
+    if not isinstance(exp, dict) or "dataset" not in exp:
+        raise FedpgmError(f"{path}: an [experiment] section with a dataset is required")
+    check_keys(exp, EXPERIMENT_KEYS, f"{path} [experiment]")
+    runs = config.get("runs", [])
+    if not runs:
+        raise FedpgmError(f"{path}: add at least one [[runs]] entry (method, split, clients)")
+    for i, run in enumerate(runs):
+        where = f"{path} [[runs]] #{i + 1}"
+        check_keys(run, RUN_KEYS, where)
+        if run.get("method", "fedpc") not in METHODS:
+            raise FedpgmError(f"{where}: unknown method '{run['method']}'; use one of {list(METHODS)}")
+        if "split" not in run or "clients" not in run:
+            raise FedpgmError(f"{where}: needs split and clients")
+    baselines = config.get("baselines", {})
+    check_keys(baselines, BASELINE_KEYS, f"{path} [baselines]")
+    for name, allowed in BASELINE_OPTIONS.items():
+        if isinstance(baselines.get(name), dict):
+            check_keys(baselines[name], allowed, f"{path} [baselines] {name}")
+    return config
+
+
+def run_name(run: dict) -> str:
+    method = {"fedpc": "FC[PC]", "fcdt": "FC[DT]"}[run.get("method", "fedpc")]
+    return f"{method} {run['split']} x{run['clients']}"
+
+
+def run_experiment(config: dict, progress=None) -> dict:
+    """Every run and baseline of a checked ``config``; returns the report (nothing written)."""
+    exp = config["experiment"]
+    seed = int(exp.get("seed", 0))
+    options = {k: exp[k] for k in ("rows", "label", "missing", "test_size", "data_dir") if k in exp}
+    ds = load_dataset(exp["dataset"], seed=seed, **options)
+    label = ds.schema.label
+    truth = ds.test[label].to_numpy(float) if label else None
+    baselines = config.get("baselines", {})
+    results: dict[str, dict] = {}
+    steps = list(config["runs"])
+    for run in steps:
+        name = run_name(run)
+        if progress:
+            progress(f"{name}")
+        settings = FitSettings(seed=seed, **{k: v for k, v in run.items() if k != "method"})
+        _, report = (run_fcdt(ds, settings) if run.get("method") == "fcdt" else run_fedpc(ds, settings))
+        report["bytes"] = report["bytes_up"] + report["bytes_down"]
+        results[name] = report
+        part_options = settings.partition
+        if run["split"] == "horizontal" and "fedavg" in baselines and label:
+            results[f"FedAvg MLP horizontal x{run['clients']}"] = fedavg_run(ds, run, part_options, seed,
+                                                                           baselines["fedavg"], truth, progress)
+        if run["split"] == "vertical" and "splitnn" in baselines and label:
+            results[f"SplitNN MLP vertical x{run['clients']}"] = splitnn_run(ds, run, part_options, seed,
+                                                                            baselines["splitnn"], progress)
+    if baselines.get("hgb") and label:
+        if progress:
+            progress("centralized HGB")
+        results["centralized HGB"] = hgb(ds, truth)
+    return {"config": config, "dataset": ds.name, "n_train": len(ds.train), "n_test": len(ds.test),
+            "results": results}
+
+
+def baseline_options(settings: dict | bool) -> dict:
+    """``fedavg = true`` means the defaults; a table gives options (checked by ``read_config``)."""
+    return {} if settings is True else dict(settings)
+
+
+def fedavg_run(ds, run, part_options, seed, settings, truth, progress) -> dict:
+    from fedpgm.baselines.fedavg import fedavg, predict_proba
+
+    if progress:
+        progress(f"FedAvg MLP horizontal x{run['clients']}")
+    kw = baseline_options(settings)
+    part = partition(ds, "horizontal", run["clients"], seed, **part_options)
+    with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS") as fed:
+        res = fedavg(fed, seed=seed, **kw)
+    comm = res["communication"]
+    return classification(predict_proba(res, ds.test), truth) | {"bytes": comm["bytes_up"] + comm["bytes_down"]}
+
+
+def splitnn_run(ds, run, part_options, seed, settings, progress) -> dict:
+    from fedpgm.baselines.splitnn import splitnn
+
+    if progress:
+        progress(f"SplitNN MLP vertical x{run['clients']}")
+    kw = baseline_options(settings)
+    part = partition(ds, "vertical", run["clients"], seed, **part_options)
+    with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS") as fed:
+        res = splitnn(fed, seed=seed, **kw)
+    comm = res["communication"]
+    return classification(res["test_proba"], res["test_labels"].astype(float)) | {
+        "bytes": comm["bytes_up"] + comm["bytes_down"]}
+
+
+def hgb(ds, truth) -> dict:
+    label = ds.schema.label
+    X = ds.train.drop(columns=[label])
+    cats = [ds.schema[c].discrete for c in X.columns]
+    model = HistGradientBoostingClassifier(categorical_features=cats, random_state=0).fit(X, ds.train[label])
+    return classification(model.predict_proba(ds.test.drop(columns=[label])), truth)
+
+
+def write_outputs(report: dict, out: str | Path) -> None:
+    """``report.json`` and ``summary.png`` (accuracy and bytes per run), replacing ``out`` at once."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["results"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.4 * len(names) + 1.5))
+    for ax, metric, log in ((axes[0], "accuracy", False), (axes[1], "bytes", True)):
+        values = [report["results"][n].get(metric) or np.nan for n in names]
+        ax.barh(names, values, color=["tab:blue" if n.startswith("FC") else "tab:orange" for n in names])
+        ax.set_xlabel(metric + (" (log scale)" if log else ""))
+        if log:
+            ax.set_xscale("log")
+    fig.suptitle(f"{report['dataset']}")
+    fig.tight_layout()
+    with atomic_folder(out) as tmp:
+        (tmp / "report.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+        fig.savefig(tmp / "summary.png", dpi=110)
+    plt.close(fig)

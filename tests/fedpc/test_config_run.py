@@ -1,0 +1,57 @@
+import json
+import math
+
+CONFIG = """
+[experiment]
+dataset = "breast_cancer"
+seed = 1
+
+[[runs]]
+method = "fedpc"
+split = "horizontal"
+clients = 3
+params = {min_instances_slice = 50}
+
+[[runs]]
+method = "fcdt"
+split = "vertical"
+clients = 2
+partition = {label_to = "all"}
+
+[baselines]
+hgb = true
+fedavg = {rounds = 3}
+splitnn = {epochs = 2}
+"""
+
+
+def test_run_config_writes_report_plot_and_table(cli, tmp_path):
+    config = tmp_path / "exp.toml"
+    config.write_text(CONFIG)
+    code, out, err = cli("run", config, "--out", tmp_path / "res")
+    assert code == 0, err
+    report = json.loads((tmp_path / "res" / "report.json").read_text())
+    results = report["results"]
+    assert list(results) == ["FC[PC] horizontal x3", "FedAvg MLP horizontal x3", "FC[DT] vertical x2",
+                             "SplitNN MLP vertical x2", "centralized HGB"]
+    fedpc = results["FC[PC] horizontal x3"]
+    assert math.isfinite(fedpc["test_loglik"]) and fedpc["relative_runtime"] > 0 and fedpc["accuracy"] > 0.85
+    assert results["FC[DT] vertical x2"]["accuracy"] > 0.85 and results["centralized HGB"]["accuracy"] > 0.9
+    assert all(r["bytes"] > 0 for n, r in results.items() if n != "centralized HGB")
+    assert (tmp_path / "res" / "summary.png").stat().st_size > 1000
+    assert "FC[DT]" in out and "report.json" in out
+
+
+def test_run_config_refuses_unknown_keys_before_running(cli, tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text(CONFIG.replace("clients = 2", "clients = 2\nclusterz = 4"))
+    code, _, err = cli("run", config, "--out", tmp_path / "res")
+    assert code == 2 and "clusterz" in err and "allowed" in err and not (tmp_path / "res").exists()
+    config.write_text(CONFIG.replace("fedavg = {rounds = 3}", "fedavg = {round = 3}"))
+    code, _, err = cli("run", config, "--out", tmp_path / "res")
+    assert code == 2 and "'round'" in err and not (tmp_path / "res").exists()
+    config.write_text(CONFIG.replace('method = "fcdt"', 'method = "xgboost"'))
+    code, _, err = cli("run", config, "--out", tmp_path / "res")
+    assert code == 2 and "xgboost" in err
+    code, _, err = cli("run", tmp_path / "none.toml", "--out", tmp_path / "res")
+    assert code == 2 and "no config file" in err
