@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedpgm.cli import Seed, console
+from fedpgm.cli_common import Seed, console
 from fedpgm.errors import FedpgmError
 
 concepts_app = typer.Typer(no_args_is_help=True, help="Federated concept-based models (F-CMs): concept sets "

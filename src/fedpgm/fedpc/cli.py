@@ -10,8 +10,9 @@ from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fedpgm.cli import (AnswersOut, DataDir, Evidence, Label, Missing, Mpe, QueryColumns, Rows, SchemaFile,
-                        Seed, Target, TestSize, answer_queries, console, load, print_communication)
+from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Label, Missing, Mpe, QueryColumns, Rows,
+                               SchemaFile, Seed, Target, TestSize, answer_queries, console, load,
+                               print_communication)
 from fedpgm.errors import FedpgmError
 
 fedpc_app = typer.Typer(no_args_is_help=True, help="Federated probabilistic circuits (FedPC): one-pass "

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from fedpgm.cli import DataDir, Seed, console
+from fedpgm.cli_common import DataDir, Seed, console, write_table
 from fedpgm.errors import FedpgmError
 
 ngm_app = typer.Typer(no_args_is_help=True, help="Federated neural graphical models (FedNGM): merged "
@@ -210,11 +210,3 @@ def stitch(
     stitched.save(out)
     console.print(f"stitched NGM with extra feature(s) {extra_names} saved to {out}")
 
-
-def write_table(answer, out: Path | None, index: bool = True) -> None:
-    text = answer.to_csv(float_format="%.10g", index=index)
-    if out is None:
-        print(text, end="")
-    else:
-        out.write_text(text)
-        console.print(f"wrote {len(answer)} rows to {out}")

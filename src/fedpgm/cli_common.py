@@ -1,0 +1,85 @@
+"""What the ``fedpgm`` command line's groups share: the console, common options, dataset
+loading, answering queries on a saved model, and printing or writing a table.
+
+It imports no command group, so any group (``fedpgm.fedpc.cli``, ``fedpgm.ngm.cli``, ...) can
+be imported first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from fedpgm.errors import FedpgmError
+
+console = Console()
+
+DataDir = Annotated[Optional[Path], typer.Option(
+    "--data-dir", help="Folder with adult/, give_me_some_credit/, debd/ (default: $FEDPGM_DATA "
+    "or ../shared/data)")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed for splits, sampling and partitioning")]
+Rows = Annotated[Optional[int], typer.Option("--rows", help="Rows to draw (bn: and synthetic: sets)")]
+Label = Annotated[Optional[str], typer.Option("--label", help="Label column (csv:, bn:)")]
+SchemaFile = Annotated[Optional[Path], typer.Option("--schema", help="Schema JSON for csv: sets")]
+Missing = Annotated[Optional[str], typer.Option("--missing", help="Missing values: keep or impute")]
+TestSize = Annotated[Optional[float], typer.Option("--test-size", help="Test fraction (random splits)")]
+# query options shared by every saved-model `query` command (see answer_queries)
+Evidence = Annotated[Path, typer.Option(help="CSV of rows; absent or empty cells are unobserved")]
+QueryColumns = Annotated[Optional[str], typer.Option("--query", help="comma-separated query columns: "
+                                                     "log p(Q | rest)")]
+Target = Annotated[Optional[str], typer.Option(help="discrete column: p(target = each state | rest)")]
+Mpe = Annotated[bool, typer.Option(help="complete the unobserved cells by max-product")]
+AnswersOut = Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here (default stdout)")]
+
+
+def load(dataset: str, data_dir, seed, rows=None, label=None, schema=None, missing=None,
+         test_size=None):
+    from fedpgm.data import load_dataset
+
+    return load_dataset(dataset, data_dir=data_dir, seed=seed, rows=rows, label=label,
+                        schema=schema, missing=missing, test_size=test_size)
+
+
+def answer_queries(model, sch, evidence: Path, query: str | None, target: str | None, mpe: bool,
+                   out: Path | None) -> None:
+    """Marginal (default), conditional, class-probability or MPE answers for each evidence row;
+    ``model`` is anything with the estimator query API (a circuit estimator, a FedPC)."""
+    import pandas as pd
+
+    from fedpgm.data.loaders import read_csv_file
+
+    if sum(x is not None and x is not False for x in (query, target, mpe or None)) > 1:
+        raise FedpgmError("choose one of --query, --target and --mpe")
+    raw = read_csv_file(evidence)
+    frame = sch.select(raw.columns).encode(raw, str(evidence))
+    if target is not None:
+        proba = model.predict_proba(frame, target)
+        answer = pd.DataFrame(proba, index=frame.index,
+                              columns=[f"p({target}={c})" for c in sch[target].categories])
+    elif query is not None:
+        names = [q.strip() for q in query.split(",") if q.strip()]
+        answer = pd.DataFrame({"log_p_query_given_evidence": model.conditional(frame, names)},
+                              index=frame.index)
+    elif mpe:
+        answer = sch.decode(pd.DataFrame(model.mpe(frame), index=frame.index, columns=sch.names))
+    else:
+        answer = pd.DataFrame({"log_likelihood": model.log_likelihood(frame)}, index=frame.index)
+    write_table(answer, out, "answers")
+
+
+def write_table(table, out: Path | None, what: str = "rows", index: bool = True) -> None:
+    """A DataFrame as CSV on stdout, or into ``out`` with a one-line note."""
+    text = table.to_csv(float_format="%.10g", index=index)
+    if out is None:
+        print(text, end="")
+    else:
+        out.write_text(text)
+        console.print(f"wrote {len(table)} {what} to {out}")
+
+
+def print_communication(totals: dict) -> None:
+    console.print(f"communication: {totals['bytes_down']} bytes down, {totals['bytes_up']} bytes up, "
+                  f"{totals['messages']} messages, {totals['rounds']} rounds")
