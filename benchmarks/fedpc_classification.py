@@ -23,14 +23,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import bar_panels, emit, mean_std  # noqa: E402
 
-from sklearn.ensemble import HistGradientBoostingClassifier  # noqa: E402
-
 from fedpgm.baselines.fedavg import fedavg, predict_proba  # noqa: E402
 from fedpgm.baselines.splitnn import splitnn  # noqa: E402
 from fedpgm.baselines.tabular import get_weights  # noqa: E402
 from fedpgm.data import load_dataset, partition  # noqa: E402
 from fedpgm.federation import InProcessFederation  # noqa: E402
 from fedpgm.fedpc.experiment import FitSettings, classification, run_fedpc  # noqa: E402
+from fedpgm.fedpc.config_run import hgb  # noqa: E402
 from fedpgm.fedpc.trees import fit_fcdt  # noqa: E402
 
 SETTINGS = (("horizontal", 5), ("horizontal", 10), ("vertical", 2), ("vertical", 3), ("hybrid", 2), ("hybrid", 3))
@@ -40,18 +39,10 @@ def options(split: str) -> dict:
     return {"scheme": "iid"} if split == "horizontal" else {"label_to": "client-0"}
 
 
-def hgb(ds) -> dict:
-    label = ds.schema.label
-    X = ds.train.drop(columns=[label])
-    cats = [ds.schema[c].discrete for c in X.columns]
-    model = HistGradientBoostingClassifier(categorical_features=cats, random_state=0).fit(X, ds.train[label])
-    return classification(model.predict_proba(ds.test.drop(columns=[label])), ds.test[label].to_numpy(float))
-
-
 def run_seed(name: str, seed: int, args) -> dict:
     ds = load_dataset(name, seed=seed, missing="impute")
     truth = ds.test[ds.schema.label].to_numpy(float)
-    out = {"centralized HGB": hgb(ds)}
+    out = {"centralized HGB": hgb(ds, truth)}
     for split, k in SETTINGS:
         glue = {"glue": "aligned", "clusters": 8} if split != "horizontal" else {"glue": "random", "clusters": 2}
         s = FitSettings(split=split, clients=k, partition=options(split), seed=seed, centralized=False,

@@ -44,6 +44,7 @@ EXPERIMENT_KEYS = {"dataset", "seed", "out", "rows", "label", "missing", "test_s
 RUN_KEYS = {"method"} | {f.name for f in fields(FitSettings)} - {"seed"}
 METHODS = ("fedpc", "fcdt")
 BASELINE_KEYS = {"hgb", "fedavg", "splitnn"}
+BASELINE_NAMES = {"fedavg": "FedAvg MLP", "splitnn": "SplitNN MLP"}
 BASELINE_OPTIONS = {"fedavg": {"rounds", "epochs", "lr", "batch_size"},
                     "splitnn": {"epochs", "lr", "batch_size", "hidden"}}
 COLUMNS = ("test_loglik", "accuracy", "f1_macro", "relative_runtime", "bytes")
@@ -111,13 +112,10 @@ def run_experiment(config: dict, progress=None) -> dict:
         _, report = (run_fcdt(ds, settings) if run.get("method") == "fcdt" else run_fedpc(ds, settings))
         report["bytes"] = report["bytes_up"] + report["bytes_down"]
         results[name] = report
-        part_options = settings.partition
-        if run["split"] == "horizontal" and "fedavg" in baselines and label:
-            results[f"FedAvg MLP horizontal x{run['clients']}"] = fedavg_run(ds, run, part_options, seed,
-                                                                           baselines["fedavg"], truth, progress)
-        if run["split"] == "vertical" and "splitnn" in baselines and label:
-            results[f"SplitNN MLP vertical x{run['clients']}"] = splitnn_run(ds, run, part_options, seed,
-                                                                            baselines["splitnn"], progress)
+        for kind, split in (("fedavg", "horizontal"), ("splitnn", "vertical")):
+            if run["split"] == split and kind in baselines and label:
+                results[f"{BASELINE_NAMES[kind]} {split} x{run['clients']}"] = baseline_run(
+                    kind, ds, run, settings.partition, seed, baselines[kind], truth, progress)
     if baselines.get("hgb") and label:
         if progress:
             progress("centralized HGB")
@@ -126,39 +124,29 @@ def run_experiment(config: dict, progress=None) -> dict:
             "results": results}
 
 
-def baseline_options(settings: dict | bool) -> dict:
-    """``fedavg = true`` means the defaults; a table gives options (checked by ``read_config``)."""
-    return {} if settings is True else dict(settings)
-
-
-def fedavg_run(ds, run, part_options, seed, settings, truth, progress) -> dict:
+def baseline_run(kind: str, ds, run: dict, part_options: dict, seed: int, settings: dict | bool,
+                 truth, progress) -> dict:
+    """FedAvg (``kind="fedavg"``, horizontal) or SplitNN (``"splitnn"``, vertical) of an MLP on the
+    run's partition; ``settings`` is ``true`` (defaults) or a table of options (checked by
+    ``read_config``). Returns its classification metrics and bytes."""
     from fedpgm.baselines.fedavg import fedavg, predict_proba
-
-    if progress:
-        progress(f"FedAvg MLP horizontal x{run['clients']}")
-    kw = baseline_options(settings)
-    part = partition(ds, "horizontal", run["clients"], seed, **part_options)
-    with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS") as fed:
-        res = fedavg(fed, seed=seed, **kw)
-    comm = res["communication"]
-    return classification(predict_proba(res, ds.test), truth) | {"bytes": comm["bytes_up"] + comm["bytes_down"]}
-
-
-def splitnn_run(ds, run, part_options, seed, settings, progress) -> dict:
     from fedpgm.baselines.splitnn import splitnn
 
+    split = "horizontal" if kind == "fedavg" else "vertical"
     if progress:
-        progress(f"SplitNN MLP vertical x{run['clients']}")
-    kw = baseline_options(settings)
-    part = partition(ds, "vertical", run["clients"], seed, **part_options)
-    with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS") as fed:
-        res = splitnn(fed, seed=seed, **kw)
+        progress(f"{BASELINE_NAMES[kind]} {split} x{run['clients']}")
+    kw = {} if settings is True else dict(settings)
+    part = partition(ds, split, run["clients"], seed, **part_options)
+    with InProcessFederation(part, f"fedpgm.baselines.{kind}:HANDLERS") as fed:
+        res = (fedavg if kind == "fedavg" else splitnn)(fed, seed=seed, **kw)
+    proba, truth = ((predict_proba(res, ds.test), truth) if kind == "fedavg"
+                    else (res["test_proba"], res["test_labels"].astype(float)))
     comm = res["communication"]
-    return classification(res["test_proba"], res["test_labels"].astype(float)) | {
-        "bytes": comm["bytes_up"] + comm["bytes_down"]}
+    return classification(proba, truth) | {"bytes": comm["bytes_up"] + comm["bytes_down"]}
 
 
 def hgb(ds, truth) -> dict:
+    """HistGradientBoosting on the pooled train split: the centralized reference's metrics."""
     label = ds.schema.label
     X = ds.train.drop(columns=[label])
     cats = [ds.schema[c].discrete for c in X.columns]
