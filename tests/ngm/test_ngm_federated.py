@@ -1,3 +1,4 @@
+import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,7 +11,8 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.federation.privacy import PrivacyAudit
 from fedpgm.ngm.graph import from_edges
-from fedpgm.ngm.model import NGMSettings
+from fedpgm.ngm.layout import Layout
+from fedpgm.ngm.model import NGMSettings, Objective
 from fedpgm.ngm.server import fit_fedngm
 from fedpgm.ngm.stitch import stitch, widen
 
@@ -79,22 +81,31 @@ def test_clients_without_common_features_are_refused():
 
 def test_stitched_model_starts_as_the_global_one_and_keeps_its_weights_frozen(chain_model):
     torch.manual_seed(0)
-    wide = widen(chain_model.net, extra_in=2, extra_hidden=5, seed=1)
+    frame = with_w(chain_frame(1500, seed=5), 0)
+    schema = Schema(SCHEMA.features + (Feature("w", "continuous"),))
+    graph = from_edges(schema.names, [["w", "b"], ["w", "c"]])
+    full = Layout(schema, {**chain_model.layout.stats, **Layout.fit(frame, Schema(schema.features[-1:])).stats})
+    wide_graph = nx.compose(chain_model.graph, graph)
+    wide = widen(chain_model.net, full, wide_graph, units_per_feature=3, seed=1)
     x = torch.randn(50, chain_model.layout.width)
-    extra = torch.randn(50, 2)
+    extra = torch.randn(50, 1)
     with torch.no_grad():
         before = chain_model.net(x)
         after = wide(torch.cat([x, extra], 1))[:, : chain_model.layout.width]
     assert torch.allclose(before, after, rtol=1e-5, atol=1e-5)  # the global outputs, up to float32 rounding
-    frame = with_w(chain_frame(1500, seed=5), 0)
-    schema = Schema(SCHEMA.features + (Feature("w", "continuous"),))
-    graph = from_edges(schema.names, [["w", "b"], ["w", "c"]])
     stitched = stitch(chain_model, frame, schema, graph, NGMSettings(hidden=32, epochs=40))
     D = chain_model.layout.width
     for old, new in zip(chain_model.net.weights, stitched.net.weights):
         o, i = old.shape
         assert torch.equal(old.detach(), new.detach()[:o, :i])  # frozen blocks did not move
     assert stitched.graph.has_edge("w", "b") and stitched.names[-1] == "w"
+    # the new paths follow the stitched graph: off-graph strength (self included) is the global model's
+    off = {m: Objective(m.layout, m.graph, False, 0.0) for m in (chain_model, stitched)}
+    with torch.no_grad():
+        off = {m: o.feature_paths(m.net) * o.outside for m, o in off.items()}
+    F = len(chain_model.names)
+    assert torch.allclose(off[stitched][:F, :F], off[chain_model], rtol=1e-4, atol=1e-6)
+    assert float(off[stitched][F].sum()) == 0.0 and float(off[stitched][:, F].sum()) == 0.0
     test = with_w(chain_frame(800, seed=6), 1)
     err_global = np.abs(chain_model.predict(test[SCHEMA.names], "c") - test["c"]).mean()
     err_stitched = np.abs(stitched.predict(test, "c") - test["c"]).mean()

@@ -164,7 +164,8 @@ class Objective:
     def __call__(self, net: NGMNet, inputs: torch.Tensor, scored: torch.Tensor,
                  X: torch.Tensor) -> torch.Tensor:
         """Fit of the ``scored`` values of ``X`` from ``inputs``, plus the penalty."""
-        return self.fit(net(inputs), X, scored) + self.lam * self.penalty(net)
+        fit = self.fit(net(inputs), X, scored)
+        return fit + self.lam * self.penalty(net) if self.lam else fit
 
 
 def incoming_share(P, widths):
@@ -238,9 +239,11 @@ class Ensemble:
 
 
 def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
-          settings: NGMSettings, progress=None, teacher: Ensemble | None = None) -> list[dict]:
+          settings: NGMSettings, progress=None, teacher: Ensemble | None = None,
+          after_epoch=None) -> list[dict]:
     """Adam with early stopping on a validation split; ``net`` ends with its best weights.
-    With a ``teacher``, the fit targets are its soft predictions instead of the rows' values.
+    With a ``teacher``, the fit targets are its soft predictions instead of the rows' values;
+    ``after_epoch(net)``, if given, is called after every epoch (and once before the first).
 
     Returns the per-epoch history ``[{"epoch", "train_loss", "val_loss"}]``.
     """
@@ -258,6 +261,8 @@ def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
     Xv, Sv = Xt[vrows], St[vrows]
     opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=settings.lr)
     stop, history = EarlyStopping(net, settings.patience, tolerance=1e-5), []
+    if after_epoch is not None:
+        after_epoch(net)
     for epoch in range(settings.epochs):
         val_gen = torch.Generator().manual_seed(val_seed)  # the same hidden subsets every epoch
         perm = tr[rng.permutation(len(tr))]
@@ -275,10 +280,18 @@ def train(net: NGMNet, objective: Objective, X: np.ndarray, seen: np.ndarray,
         history.append({"epoch": epoch + 1, "train_loss": total / len(tr), "val_loss": v})
         if progress is not None:
             progress(epoch + 1, v)
+        if after_epoch is not None:
+            after_epoch(net)
         if stop.update(v):
             break
     stop.restore()
     return history
+
+
+def validation_rows(n: int, settings: NGMSettings) -> np.ndarray:
+    """The rows ``train`` holds out for validation (the first draws of its seeded permutation)."""
+    n_val = max(1, int(round(settings.val_fraction * n)))
+    return np.random.default_rng(settings.seed).permutation(n)[:n_val]
 
 
 def step_loss(net: NGMNet, objective: Objective, X: torch.Tensor, seen: torch.Tensor, rows: torch.Tensor,
@@ -352,8 +365,8 @@ class NGM:
         validation rows when predicted, as sampling does, from the features before it in the
         breadth-first order from ``start`` (the noise sampling adds to the prediction), and
         ``[FULL][feature]`` when predicted from all other features (Gibbs sweeps)."""
-        n_val = max(1, int(round(self.settings.val_fraction * len(X))))
-        rows = np.random.default_rng(self.settings.seed).permutation(len(X))[:n_val]
+        rows = validation_rows(len(X), self.settings)
+        n_val = len(rows)
         Xv, Sv = X[rows], seen[rows]
         means = self.layout.means()
         res: dict[str, dict[str, list[float]]] = {}

@@ -1,53 +1,142 @@
 """Stitching: personalise a global NGM with a client's extra features.
 
-The global network's input, hidden and output layers are widened: layer l becomes
-``[[W_g (frozen), A], [B, C]]`` where rows are outputs (old units first) and columns inputs.
-``A`` (new inputs into old units) starts at zero, so at initialisation the old outputs are
-exactly the global model's; ``B`` and ``C`` start small and random. Only ``A``, ``B``, ``C`` and
-the new units' biases train, on the client's rows, under the global graph plus the client's
-edges to its extra features.
+The global network's input, hidden and output layers are widened. Every layer keeps the
+global block (frozen); the new hidden units come in groups, ``units_per_feature`` per feature
+of the widened model, and a group owned by feature j reads only j's neighbours in the stitched
+graph (the global graph plus the client's edges to its extra features), feeds only its own
+group in the next layer and only j's output columns. The new paths therefore follow the graph
+by construction (the path-norm penalty would be constant and is dropped), and every other new
+block is a fixed zero: new inputs never reach the global units, global units never reach the
+extra outputs. The group-to-output weights of the global features start at zero, so the
+stitched model starts as the global one; the client's rows then train only the new groups
+(a graph-respecting residual per feature, which also absorbs the client's shift from the
+global distribution) and the extra features' outputs.
+
+Why groups and not a dense widening: dense new units read every input, so any weight into a
+global output creates off-graph paths, and the log path-norm penalty (the global model sits at
+an off-graph share of ~1e-4) pinned those weights at zero: stitching then barely moved the
+global predictions (Adult: better in 19 of 27 client x target x seed cells).
 """
 
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 import pandas as pd
 import torch
 
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
+from fedpgm.ngm.graph import adjacency
 from fedpgm.ngm.layout import Layout
-from fedpgm.ngm.model import NGM, NGMSettings, Objective, train
+from fedpgm.ngm.model import NGM, NGMSettings, Objective, hide, train, validation_rows
 from fedpgm.ngm.network import NGMNet
 
 
-def widen(net: NGMNet, extra_in: int, extra_hidden: int, seed: int) -> NGMNet:
-    """``net`` with ``extra_in`` more inputs/outputs and ``extra_hidden`` more units per hidden
-    layer; old weights copied and frozen, new-to-old blocks zero, the rest small random."""
+def owners(net: NGMNet, layout: Layout, units_per_feature: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per layer, the (out, in) and (out,) arrays of the feature each trainable weight and bias
+    of the widened ``net`` belongs to (-1: frozen); see ``widen``."""
+    col_feature = layout.membership().argmax(0)
+    unit = np.repeat(np.arange(len(layout.schema)), units_per_feature)
+    out = []
+    for l, (w, m) in enumerate(zip(net.weights, net.frozen)):
+        rows = col_feature if l == len(net.weights) - 1 else np.concatenate(
+            [np.full(w.shape[0] - len(unit), -1), unit])
+        cols = np.concatenate([np.full(w.shape[1] - len(unit), -1), unit]) if l > 0 else None
+        owner = np.broadcast_to(rows[:, None], w.shape).copy()
+        if l == len(net.weights) - 1:
+            owner = np.broadcast_to(cols[None, :], w.shape).copy()
+        owner[m.numpy() > 0] = -1
+        bias = rows.copy()
+        bias[net.frozen_bias[l].numpy() > 0] = -1
+        out.append((owner, bias))
+    return out
+
+
+class BestPerFeature:
+    """``after_epoch`` for ``train``: each feature's validation loss (inputs hidden as in
+    training, the same subsets every time) and, per feature, the new weights at its best epoch,
+    the untrained state (the global model's outputs) included. A feature's group of new units
+    feeds only its own output, so the best state of each feature can be put together exactly."""
+
+    def __init__(self, objective: Objective, X: np.ndarray, seen: np.ndarray, rows: np.ndarray,
+                 owner: list[tuple[np.ndarray, np.ndarray]], seed: int) -> None:
+        self.objective, self.owner, self.seed = objective, owner, seed
+        self.X = torch.as_tensor(X[rows])
+        self.seen = torch.as_tensor(seen[rows], dtype=torch.float32)
+        F = len(objective.layout.schema)
+        self.best = np.full(F, np.inf)
+        self.state: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * F
+
+    def __call__(self, net: NGMNet) -> None:
+        layout = self.objective.layout
+        means = torch.as_tensor(layout.means())
+        losses = torch.zeros(len(layout.schema))
+        with torch.no_grad():
+            for j, b in enumerate(layout.blocks):
+                inputs = self.X.clone()
+                inputs[:, b] = means[b]
+                scored = torch.zeros_like(self.seen)
+                scored[:, j] = self.seen[:, j]
+                losses[j] = self.objective.feature_losses(net(inputs), self.X, scored)[:, j].sum() / scored[:, j].sum().clamp(min=1)
+        for j, loss in enumerate(losses.numpy()):
+            if loss < self.best[j]:
+                self.best[j] = loss
+                self.state[j] = [(w.detach().clone(), b.detach().clone()) for w, b in zip(net.weights, net.biases)]
+
+    def restore(self, net: NGMNet) -> None:
+        """Every feature's new weights from its own best epoch."""
+        with torch.no_grad():
+            for l, (w, b) in enumerate(zip(net.weights, net.biases)):
+                ow, ob = self.owner[l]
+                for j, state in enumerate(self.state):
+                    mw, mb = torch.as_tensor(ow == j), torch.as_tensor(ob == j)
+                    w[mw] = state[l][0][mw]
+                    b[mb] = state[l][1][mb]
+
+
+def widen(net: NGMNet, layout: Layout, graph: nx.Graph, units_per_feature: int, seed: int) -> NGMNet:
+    """``net`` (over the first columns of ``layout``) widened to all of ``layout``'s columns,
+    with ``units_per_feature`` new units per feature in each hidden layer, owned as the module
+    doc says; global weights copied and frozen, structural zeros frozen."""
+    n_layers = len(net.weights)
+    if n_layers < 2:
+        raise FedpgmError("stitching needs an NGM with at least one hidden layer")
+    E = layout.membership()  # (F, D')
+    col_feature = E.argmax(0)  # (D',) the feature of each column
+    F = E.shape[0]
+    owner = np.repeat(np.arange(F), units_per_feature)  # (F * units,) the feature of each new unit
+    reads = adjacency(graph, layout.schema.names)  # (F, F) j's unit may read feature i
     old = net.widths
-    new = [old[0] + extra_in] + [w + extra_hidden for w in old[1:-1]] + [old[-1] + extra_in]
-    wide = NGMNet(new, seed=seed)
-    frozen, frozen_bias = [], []
+    new_units = len(owner)
+    wide = NGMNet([layout.width] + [w + new_units for w in old[1:-1]] + [layout.width], seed=seed)
+    trainable, trainable_bias = [], []
     with torch.no_grad():
         for l, (w, b) in enumerate(zip(net.weights, net.biases)):
             o, i = w.shape
             W, B = wide.weights[l], wide.biases[l]
-            W.mul_(0.1)  # small random B and C
+            T = torch.zeros_like(W)
+            if l == 0:  # columns -> new units: from the owner's neighbours
+                T[o:, :] = torch.as_tensor(reads[owner][:, col_feature])
+            elif l < n_layers - 1:  # new units -> new units of the same owner
+                T[o:, i:] = torch.as_tensor(owner[:, None] == owner[None, :], dtype=W.dtype)
+            else:  # new units -> their owner's output columns
+                T[:, i:] = torch.as_tensor(col_feature[:, None] == owner[None, :], dtype=W.dtype)
+            W.mul_(T)
+            if l == n_layers - 1:
+                W[:o, i:] = 0.0  # the global outputs start unchanged
             W[:o, :i] = w
-            W[:o, i:] = 0.0  # new inputs into old units: zero, so old outputs are unchanged
+            Tb = torch.zeros_like(B)
+            Tb[o:] = 1.0
             B[:o] = b
-            m = torch.zeros_like(W)
-            m[:o, :i] = 1.0
-            mb = torch.zeros_like(B)
-            mb[:o] = 1.0
-            frozen.append(m)
-            frozen_bias.append(mb)
-    wide.freeze(frozen, frozen_bias)
+            trainable.append(T)
+            trainable_bias.append(Tb)
+    wide.freeze([1.0 - T for T in trainable], [1.0 - T for T in trainable_bias])
     return wide
 
 
 def stitch(model: NGM, frame: pd.DataFrame, schema: Schema, edges: nx.Graph,
-           settings: NGMSettings | None = None, extra_hidden: int = 32) -> NGM:
+           settings: NGMSettings | None = None, units_per_feature: int = 16) -> NGM:
     """The global ``model`` widened for ``schema``'s features it lacks and trained on ``frame``.
 
     ``edges`` holds the client's graph; its edges touching an extra feature join the global
@@ -68,9 +157,13 @@ def stitch(model: NGM, frame: pd.DataFrame, schema: Schema, edges: nx.Graph,
     graph.add_nodes_from(names)
     graph.add_edges_from((a, b) for a, b in edges.edges()
                          if (a in names or b in names) and a in full and b in full and a != b)
-    net = widen(model.net, extra_layout.width, extra_hidden, settings.seed)
+    net = widen(model.net, layout, graph, units_per_feature, settings.seed)
     X, seen = layout.encode(frame)
-    history = train(net, Objective(layout, graph, False, settings.lam), X, seen, settings)
+    objective = Objective(layout, graph, False, 0.0)
+    best = BestPerFeature(objective, X, seen, validation_rows(len(X), settings),
+                          owners(net, layout, units_per_feature), settings.seed + 1)
+    history = train(net, objective, X, seen, settings, after_epoch=best)
+    best.restore(net)
     out = NGM(layout, graph, net, settings, history=history)
     out.residuals = out.residual_quantiles(X, seen)
     return out
