@@ -46,7 +46,7 @@ def run_seed(name: str, seed: int, args) -> dict:
     for split, k in SETTINGS:
         glue = {"glue": "aligned", "clusters": 8} if split != "horizontal" else {"glue": "random", "clusters": 2}
         s = FitSettings(split=split, clients=k, partition=options(split), seed=seed, centralized=False,
-                        params={"min_instances_slice": args.min_instances}, **glue)
+                        params={"min_instances_slice": args.min_instances, "by_label": args.by_label}, **glue)
         _, r = run_fedpc(ds, s)
         out[f"FC[PC] {split} x{k}"] = {m: r.get(m) for m in ("accuracy", "f1", "f1_macro")} | {
             "bytes": r["bytes_up"] + r["bytes_down"], "n_params": r.get("n_params")}
@@ -84,6 +84,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=100, help="FedAvg rounds")
     ap.add_argument("--epochs", type=int, default=20, help="SplitNN epochs")
     ap.add_argument("--min-instances", type=int, default=100, help="LearnSPN min rows per slice")
+    ap.add_argument("--by-label", action=argparse.BooleanOptionalAction, default=True,
+                    help="FC[PC]: LearnSPN with a root sum over the label (one structure per class)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     table = {}
@@ -98,7 +100,7 @@ def main() -> None:
                     cell[metric] = mean_std(vals)
             table[name][method] = cell
     emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds,
-          "min_instances_slice": args.min_instances, "fedavg_rounds": args.rounds,
+          "min_instances_slice": args.min_instances, "by_label": args.by_label, "fedavg_rounds": args.rounds,
           "splitnn_epochs": args.epochs, "table": table}, args.out)
     if args.out:
         bar_panels(table, Path(args.out).with_suffix(".png"), "bytes", "bytes to train (log scale)", log=True,

@@ -77,7 +77,7 @@ def test_ratspn_minibatch_em_learns(mixed):
 def test_estimator_api(mixed):
     model = LearnSPN(min_instances_slice=200, seed=3)
     assert model.get_params() == {"min_instances_slice": 200, "threshold": 0.3, "leaf": "gaussian", "seed": 3,
-                                  "precision": "float64"}
+                                  "precision": "float64", "min_std_fraction": 0.01, "by_label": False}
     model.set_params(threshold=0.2)
     with pytest.raises(FedpgmError, match="unknown parameter 'depth'"):
         model.set_params(depth=3)
@@ -95,3 +95,40 @@ def test_estimator_api(mixed):
     sub = mixed.test[["c0", "b0"]]
     assert np.allclose(model.log_likelihood(sub), model.log_likelihood(mixed.test.assign(
         **{c: np.nan for c in mixed.schema.names if c not in ("c0", "b0")})))
+
+
+def test_leaf_std_floor_is_relative_to_the_reference_column():
+    """A slice where a continuous column is constant (capital-gain = 0 for most people) keeps a
+    leaf std of min_std_fraction x the column's std in the reference rows, so one unusual value
+    costs a bounded amount instead of ~(value / 1e-3)^2 nats."""
+    rng = np.random.default_rng(0)
+    gain = np.where(rng.random(2000) < 0.9, 0.0, rng.normal(5000, 1000, 2000))
+    X = np.column_stack([gain, rng.normal(0, 1, 2000)])
+    zeros = X[gain == 0]
+    schema = Schema((Feature("gain", "continuous"), Feature("z", "continuous")))
+    floor = 0.05 * X[:, 0].std()
+    for model in (LearnSPN(min_std_fraction=0.05), RatSPN(em_iterations=3, min_std_fraction=0.05)):
+        model.fit(zeros, schema, reference=X)
+        stds = [float(n.params["std"]) for n in model.circuit_.nodes if getattr(n, "var", None) == 0]
+        assert stds and min(stds) == pytest.approx(floor)
+        assert model.score(np.array([[100.0, 0.0]])) > -30  # was about -5e9 with a 1e-3 floor
+    unfloored = LearnSPN(min_std_fraction=0.0).fit(zeros, schema, reference=X)
+    assert unfloored.score(np.array([[100.0, 0.0]])) < -1e6
+    with pytest.raises(FedpgmError, match="min_std_fraction must be >= 0"):
+        LearnSPN(min_std_fraction=-1).fit(X, schema)
+
+
+def test_by_label_makes_the_root_a_mixture_over_the_classes():
+    ds = load_dataset("breast_cancer", seed=0)
+    model = LearnSPN(min_instances_slice=20, by_label=True).fit(ds.train, ds.schema)
+    c = model.circuit_
+    c.validate()
+    root = c.nodes[c.root]
+    y = ds.schema.index(ds.schema.label)
+    assert len(root.children) == 2
+    np.testing.assert_allclose(root.weights, np.bincount(ds.train[ds.schema.label].astype(int)) / len(ds.train))
+    for k, child in enumerate(root.children):  # each class's product starts with its label leaf
+        head = c.nodes[c.nodes[child].children[0]]
+        assert head.var == y and head.params["p"] == pytest.approx(k, abs=0.01)
+    truth = ds.test[ds.schema.label].to_numpy()
+    assert (model.predict(ds.test) == truth).mean() > 0.92

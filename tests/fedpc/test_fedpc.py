@@ -190,3 +190,22 @@ def test_feature_types_must_agree_across_clients():
     clash.clients[0].test = None
     with pytest.raises(FedpgmError, match=f"feature '{name}' has different types"):
         run(clash)
+
+
+def test_the_label_client_clusters_each_class_apart(tmp_path):
+    from fedpgm.federation.handlers import ClientContext
+    from fedpgm.fedpc.client import clusters_of
+
+    ds = load_dataset("breast_cancer", seed=0)
+    holder = partition(ds, "vertical", 2, seed=0, label_to="client-0")["client-0"]
+    ctx = ClientContext(holder.client_id, holder, tmp_path)
+    names = holder.schema.names
+    labels = clusters_of(ctx, names, 6, seed=0, by_label=True)
+    y = holder.train[ds.schema.label].to_numpy()
+    assert sorted(np.unique(labels)) == list(range(6))
+    for c in range(6):  # every cluster holds one class only, and both classes get clusters
+        assert len(np.unique(y[labels == c])) == 1
+    assert len({y[labels == c][0] for c in range(6)}) == 2
+    for plain in (clusters_of(ctx, names, 6, seed=0),  # random gluing: plain k-means
+                  clusters_of(ctx, [n for n in names if n != ds.schema.label], 6, seed=0, by_label=True)):
+        assert any(len(np.unique(y[plain == c])) == 2 for c in range(6))

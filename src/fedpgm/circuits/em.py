@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedpgm.circuits.compiled import CompiledCircuit
-from fedpgm.circuits.leaves import leaf_type
+from fedpgm.circuits.leaves import leaf_type, std_floors
 from fedpgm.circuits.structure import Circuit
 from fedpgm.errors import FedpgmError
 
@@ -44,8 +44,9 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) ->
     return stats, total
 
 
-def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict) -> None:
-    """Write the parameters that maximise the expected log-likelihood into ``circuit``."""
+def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict, floors: np.ndarray) -> None:
+    """Write the parameters that maximise the expected log-likelihood into ``circuit``
+    (continuous leaves' stds at least ``floors[variable]``)."""
     for k, layer in enumerate(cc.layers):
         if layer.kind != "sum":
             continue
@@ -60,11 +61,12 @@ def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict) -> None:
     for key, value in stats.items():
         if key[0] == "leaf":
             node = circuit.nodes[key[1]]
-            node.params = leaf_type(node.dist).from_stats(value, node.params)
+            node.params = leaf_type(node.dist).from_stats(value, node.params, floors[node.var])
 
 
 def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | None = None,
-       decay: float = 0.6, seed: int = 0, tol: float = 1e-6, progress=None) -> list[float]:
+       decay: float = 0.6, seed: int = 0, tol: float = 1e-6, progress=None,
+       floors: np.ndarray | None = None) -> list[float]:
     """Refine ``circuit``'s parameters in place; returns the mean train log-likelihood of
     each pass (under the parameters at the start of that pass).
 
@@ -75,6 +77,7 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
     if batch_size is not None and batch_size < 1:
         raise FedpgmError(f"batch_size must be >= 1, got {batch_size}")
     X = np.asarray(X, dtype=float)
+    floors = std_floors(X) if floors is None else floors
     rng = np.random.default_rng(seed)
     history: list[float] = []
     running: dict | None = None
@@ -83,7 +86,7 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
         if batch_size is None:
             cc = CompiledCircuit(circuit)
             stats, total = expected_statistics(circuit, cc, X)
-            m_step(circuit, cc, stats)
+            m_step(circuit, cc, stats, floors)
         else:
             total = 0.0
             order = rng.permutation(len(X))
@@ -96,7 +99,7 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
                 stats = {k: v * scale for k, v in stats.items()}
                 running = stats if running is None else {
                     k: (1 - eta) * running[k] + eta * stats[k] for k in stats}
-                m_step(circuit, cc, running)
+                m_step(circuit, cc, running, floors)
                 step += 1
         history.append(total / len(X))
         if progress is not None:

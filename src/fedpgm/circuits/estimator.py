@@ -18,6 +18,7 @@ from fedpgm.circuits import queries
 from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.em import em
 from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.leaves import MIN_STD_FRACTION, std_floors
 from fedpgm.circuits.learnspn import learn_spn
 from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.circuits.structure import Circuit
@@ -39,7 +40,7 @@ def as_matrix(X, schema: Schema) -> np.ndarray:
 
 
 class CircuitEstimator(ABC):
-    """Shared query API; subclasses implement ``_learn(schema, X) -> Circuit``."""
+    """Shared query API; subclasses implement ``_learn(schema, X, floors) -> Circuit``."""
 
     _params: tuple[str, ...] = ()
     precision = "float64"
@@ -54,7 +55,10 @@ class CircuitEstimator(ABC):
             setattr(self, k, v)
         return self
 
-    def fit(self, X, schema: Schema | None = None, y=None) -> "CircuitEstimator":
+    def fit(self, X, schema: Schema | None = None, y=None, reference=None) -> "CircuitEstimator":
+        """Learn from ``X``. Continuous leaves keep a std of at least ``min_std_fraction`` of
+        their column's std in ``reference`` (rows like ``X``; default ``X`` itself: FedPC passes a
+        client's whole table when it learns one circuit per cluster)."""
         if schema is None:
             if isinstance(X, pd.DataFrame):
                 names = [str(c) for c in X.columns]
@@ -62,7 +66,9 @@ class CircuitEstimator(ABC):
                 names = [f"x{i}" for i in range(np.asarray(X).shape[1])]
             schema = Schema(tuple(Feature(n, "continuous") for n in names))
         self.schema_ = schema
-        self.circuit_ = self._learn(schema, as_matrix(X, schema))
+        X = as_matrix(X, schema)
+        floors = std_floors(X if reference is None else as_matrix(reference, schema), self.min_std_fraction)
+        self.circuit_ = self._learn(schema, X, floors)
         self.compiled_ = self._compile(self.circuit_)
         return self
 
@@ -74,8 +80,8 @@ class CircuitEstimator(ABC):
         return CompiledCircuit(circuit, dtype=dtypes[self.precision])
 
     @abstractmethod
-    def _learn(self, schema: Schema, X: np.ndarray) -> Circuit:
-        """Learn a circuit over ``schema`` from X (rows, variables)."""
+    def _learn(self, schema: Schema, X: np.ndarray, floors: np.ndarray) -> Circuit:
+        """Learn a circuit over ``schema`` from X (rows, variables), leaf stds >= ``floors``."""
 
     def _check(self) -> CompiledCircuit:
         if not hasattr(self, "compiled_"):
@@ -128,35 +134,37 @@ class CircuitEstimator(ABC):
 class LearnSPN(CircuitEstimator):
     """LearnSPN / Mixed SPN (``leaf="histogram"``); see ``fedpgm.circuits.learnspn``."""
 
-    _params = ("min_instances_slice", "threshold", "leaf", "seed", "precision")
+    _params = ("min_instances_slice", "threshold", "leaf", "seed", "precision", "min_std_fraction", "by_label")
 
     def __init__(self, min_instances_slice: int = 100, threshold: float = 0.3, leaf: str = "gaussian",
-                 seed: int = 0, precision: str = "float64") -> None:
+                 seed: int = 0, precision: str = "float64", min_std_fraction: float = MIN_STD_FRACTION,
+                 by_label: bool = False) -> None:
         self.min_instances_slice, self.threshold, self.leaf, self.seed = (
             min_instances_slice, threshold, leaf, seed)
-        self.precision = precision
+        self.precision, self.min_std_fraction, self.by_label = precision, min_std_fraction, by_label
 
-    def _learn(self, schema, X):
-        return learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed)
+    def _learn(self, schema, X, floors):
+        return learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed, floors=floors,
+                         by_label=self.by_label)
 
 
 class RatSPN(CircuitEstimator):
     """RAT-SPN structure + EM (batch, or mini-batch with ``batch_size``)."""
 
     _params = ("depth", "repetitions", "n_sums", "n_inputs", "leaf", "em_iterations", "batch_size", "seed",
-               "precision")
+               "precision", "min_std_fraction")
 
     def __init__(self, depth: int = 2, repetitions: int = 4, n_sums: int = 4, n_inputs: int = 4,
                  leaf: str = "gaussian", em_iterations: int = 20, batch_size: int | None = None,
-                 seed: int = 0, precision: str = "float64") -> None:
-        self.precision = precision
+                 seed: int = 0, precision: str = "float64", min_std_fraction: float = MIN_STD_FRACTION) -> None:
+        self.precision, self.min_std_fraction = precision, min_std_fraction
         self.depth, self.repetitions, self.n_sums, self.n_inputs = depth, repetitions, n_sums, n_inputs
         self.leaf, self.em_iterations, self.batch_size, self.seed = leaf, em_iterations, batch_size, seed
 
-    def _learn(self, schema, X):
+    def _learn(self, schema, X, floors):
         circuit = rat_spn(schema, X, self.depth, self.repetitions, self.n_sums, self.n_inputs,
-                          self.leaf, self.seed)
-        self.history_ = em(circuit, X, self.em_iterations, self.batch_size, seed=self.seed)
+                          self.leaf, self.seed, floors)
+        self.history_ = em(circuit, X, self.em_iterations, self.batch_size, seed=self.seed, floors=floors)
         return circuit
 
 

@@ -8,6 +8,11 @@ components -> a product over them; if it is connected, k-means (k=2) splits the 
 weighted by the cluster sizes. Missing values (NaN) are ignored by leaf fits and replaced by
 the slice mean for RDC and clustering. ``leaf="histogram"`` gives the Mixed-SPN variant
 (piecewise-constant continuous leaves).
+
+``by_label=True`` (with a labelled schema) makes the root a sum over the label's values, each
+child the product of the label's leaf and a circuit learned on that class's rows: a generative
+classifier p(y) p(x | y) whose every class gets its own structure. Plain LearnSPN may never
+split on the label (RDC can cut it off as an almost independent leaf), which costs accuracy.
 """
 
 from __future__ import annotations
@@ -16,33 +21,34 @@ import numpy as np
 from scipy.sparse.csgraph import connected_components
 from sklearn.cluster import KMeans
 
-from fedpgm.circuits.leaves import default_leaf, leaf_type
+from fedpgm.circuits.leaves import default_leaf, leaf_type, std_floors
 from fedpgm.circuits.rdc import rdc_matrix
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 
 
-def fit_leaf(c: Circuit, X: np.ndarray, rows: np.ndarray, var: int, continuous: str) -> int:
+def fit_leaf(c: Circuit, X: np.ndarray, rows: np.ndarray, var: int, continuous: str, min_std: float) -> int:
     feat = c.schema.features[var]
     dist = default_leaf(feat.kind, continuous)
     x = X[rows, var]
     x = x[~np.isnan(x)]
-    return c.leaf(var, dist, leaf_type(dist).fit(x, np.ones(len(x)), feat.cardinality))
+    return c.leaf(var, dist, leaf_type(dist).fit(x, np.ones(len(x)), feat.cardinality, min_std))
 
 
 class LearnSPNBuilder:
     def __init__(self, schema: Schema, X: np.ndarray, min_instances_slice: int, threshold: float,
-                 leaf: str, seed: int, progress=None) -> None:
+                 leaf: str, seed: int, floors: np.ndarray, progress=None) -> None:
         self.c = Circuit(schema)
         self.X = X
+        self.floors = floors
         self.cards = [f.cardinality for f in schema.features]
         self.min_instances, self.threshold, self.leaf = min_instances_slice, threshold, leaf
         self.rng = np.random.default_rng(seed)
         self.progress = progress
 
     def naive(self, rows: np.ndarray, scope: list[int]) -> int:
-        leaves = [fit_leaf(self.c, self.X, rows, v, self.leaf) for v in scope]
+        leaves = [fit_leaf(self.c, self.X, rows, v, self.leaf, self.floors[v]) for v in scope]
         return leaves[0] if len(leaves) == 1 else self.c.product(leaves)
 
     def slice(self, rows: np.ndarray, scope: list[int]) -> np.ndarray:
@@ -62,7 +68,7 @@ class LearnSPNBuilder:
         if constant.any():
             fixed = [v for v, k in zip(scope, constant) if k]
             rest = [v for v, k in zip(scope, constant) if not k]
-            children = [fit_leaf(self.c, self.X, rows, v, self.leaf) for v in fixed]
+            children = [fit_leaf(self.c, self.X, rows, v, self.leaf, self.floors[v]) for v in fixed]
             if rest:
                 children.append(self.learn(rows, rest))
             return children[0] if len(children) == 1 else self.c.product(children)
@@ -77,6 +83,21 @@ class LearnSPNBuilder:
             return self.naive(rows, scope)
         children = [self.learn(rows[clusters == k], scope) for k in (0, 1)]
         return self.c.sum(children, np.array(sizes) / len(rows))
+
+    def learn_by_label(self, rows: np.ndarray, label: int) -> int:
+        """A sum over the label's observed values of (label leaf) x (circuit of the rest)."""
+        y = self.X[rows, label]
+        rest = [v for v in range(self.X.shape[1]) if v != label]
+        values = np.unique(y[~np.isnan(y)])
+        if len(values) < 2 or not rest:
+            return self.learn(rows, list(range(self.X.shape[1])))
+        children, sizes = [], []
+        for value in values:
+            part = rows[y == value]
+            head = fit_leaf(self.c, self.X, part, label, self.leaf, self.floors[label])
+            children.append(self.c.product([head, self.learn(part, rest)]))
+            sizes.append(len(part))
+        return self.c.sum(children, np.array(sizes) / sum(sizes))
 
     def cluster(self, data: np.ndarray, scope: list[int]) -> np.ndarray:
         """k-means (k=2) on standardised columns (one-hot for categorical variables)."""
@@ -93,8 +114,10 @@ class LearnSPNBuilder:
 
 
 def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, threshold: float = 0.3,
-              leaf: str = "gaussian", seed: int = 0, progress=None) -> Circuit:
-    """Learn a circuit over all of ``schema``'s variables from ``X`` (rows, variables)."""
+              leaf: str = "gaussian", seed: int = 0, progress=None, floors: np.ndarray | None = None,
+              by_label: bool = False) -> Circuit:
+    """Learn a circuit over all of ``schema``'s variables from ``X`` (rows, variables); a
+    continuous leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``)."""
     if min_instances_slice < 1:
         raise FedpgmError(f"min_instances_slice must be >= 1, got {min_instances_slice}")
     if not 0.0 <= threshold <= 1.0:
@@ -107,7 +130,12 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
     empty = [f.name for j, f in enumerate(schema.features) if np.isnan(X[:, j]).all()]
     if empty:
         raise FedpgmError(f"column(s) {empty} have no observed values; drop them before learning")
-    builder = LearnSPNBuilder(schema, X, min_instances_slice, threshold, leaf, seed, progress)
-    builder.learn(np.arange(len(X)), list(range(len(schema))))
+    floors = std_floors(X) if floors is None else floors
+    builder = LearnSPNBuilder(schema, X, min_instances_slice, threshold, leaf, seed, floors, progress)
+    everything = np.arange(len(X))
+    if by_label and schema.label is not None:
+        builder.learn_by_label(everything, schema.index(schema.label))
+    else:
+        builder.learn(everything, list(range(len(schema))))
     builder.c.validate()
     return builder.c

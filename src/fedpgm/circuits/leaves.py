@@ -30,7 +30,8 @@ import torch
 from fedpgm.errors import FedpgmError
 
 LOG_2PI = math.log(2 * math.pi)
-MIN_STD = 1e-3
+MIN_STD = 1e-3  # absolute floor of a continuous leaf's std
+MIN_STD_FRACTION = 0.01  # default floor relative to the column's std in the learner's data
 ALPHA = 0.1  # Laplace smoothing (pseudo-count per state or bin)
 HIST_EPS = 1e-3
 
@@ -43,8 +44,9 @@ class LeafType(ABC):
 
     @staticmethod
     @abstractmethod
-    def fit(x: np.ndarray, w: np.ndarray, cardinality: int) -> dict[str, np.ndarray]:
-        """Weighted maximum-likelihood (smoothed) parameters from observed values ``x``."""
+    def fit(x: np.ndarray, w: np.ndarray, cardinality: int, min_std: float = MIN_STD) -> dict[str, np.ndarray]:
+        """Weighted maximum-likelihood (smoothed) parameters from observed values ``x``;
+        a continuous leaf's std is at least ``min_std``."""
         ...
 
     @staticmethod
@@ -55,7 +57,7 @@ class LeafType(ABC):
 
     @staticmethod
     @abstractmethod
-    def from_stats(stats: np.ndarray, params: dict) -> dict[str, np.ndarray]:
+    def from_stats(stats: np.ndarray, params: dict, min_std: float = MIN_STD) -> dict[str, np.ndarray]:
         """New parameters from (accumulated) sufficient statistics."""
         ...
 
@@ -104,24 +106,36 @@ def leaf_type(name: str) -> type[LeafType]:
     return LEAF_TYPES[name]
 
 
-def weighted_mean_std(x: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+def std_floors(X: np.ndarray, fraction: float = MIN_STD_FRACTION) -> np.ndarray:
+    """(variables,) the least std of a continuous leaf per column of ``X`` (rows, variables):
+    ``fraction`` of the column's std, at least ``MIN_STD``. A floor relative to the column's
+    scale keeps a leaf fitted to a nearly constant slice (capital-gain = 0 in a cluster) from
+    a density spike that would swamp every other term of a query."""
+    if fraction < 0:
+        raise FedpgmError(f"min_std_fraction must be >= 0, got {fraction}")
+    with np.errstate(invalid="ignore"):
+        sd = np.nanstd(np.asarray(X, dtype=float), axis=0) if len(X) else np.zeros(np.shape(X)[1])
+    return np.maximum(np.nan_to_num(sd) * fraction, MIN_STD)
+
+
+def weighted_mean_std(x: np.ndarray, w: np.ndarray, min_std: float = MIN_STD) -> tuple[float, float]:
     total = w.sum()
     if total <= 0:
         return 0.0, 1.0
     mean = float((w * x).sum() / total)
     var = float((w * (x - mean) ** 2).sum() / total)
-    return mean, max(math.sqrt(max(var, 0.0)), MIN_STD)
+    return mean, max(math.sqrt(max(var, 0.0)), min_std)
 
 
 def moments(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.array([w.sum(), (w * x).sum(), (w * x * x).sum()])
 
 
-def mean_std_from(m: np.ndarray) -> tuple[float, float]:
+def mean_std_from(m: np.ndarray, min_std: float = MIN_STD) -> tuple[float, float]:
     if m[0] <= 0:
         return 0.0, 1.0
     mean = m[1] / m[0]
-    return float(mean), max(math.sqrt(max(m[2] / m[0] - mean * mean, 0.0)), MIN_STD)
+    return float(mean), max(math.sqrt(max(m[2] / m[0] - mean * mean, 0.0)), min_std)
 
 
 def gaussian_log_prob(x, mean, std):
@@ -133,8 +147,8 @@ class Gaussian(LeafType):
     name, kinds = "gaussian", ("continuous",)
 
     @staticmethod
-    def fit(x, w, cardinality):
-        mean, std = weighted_mean_std(x, w)
+    def fit(x, w, cardinality, min_std=MIN_STD):
+        mean, std = weighted_mean_std(x, w, min_std)
         return {"mean": np.array(mean), "std": np.array(std)}
 
     @staticmethod
@@ -142,8 +156,8 @@ class Gaussian(LeafType):
         return moments(x, w)
 
     @staticmethod
-    def from_stats(stats, params):
-        mean, std = mean_std_from(stats)
+    def from_stats(stats, params, min_std=MIN_STD):
+        mean, std = mean_std_from(stats, min_std)
         return {"mean": np.array(mean), "std": np.array(std)}
 
     @staticmethod
@@ -175,7 +189,7 @@ class Bernoulli(LeafType):
     name, kinds = "bernoulli", ("binary",)
 
     @staticmethod
-    def fit(x, w, cardinality):
+    def fit(x, w, cardinality, min_std=MIN_STD):
         return Bernoulli.from_stats(Bernoulli.stats(x, w, {}), {})
 
     @staticmethod
@@ -183,7 +197,7 @@ class Bernoulli(LeafType):
         return np.array([w.sum(), (w * (x == 1)).sum()])
 
     @staticmethod
-    def from_stats(stats, params):
+    def from_stats(stats, params, min_std=MIN_STD):
         return {"p": np.array((stats[1] + ALPHA) / (stats[0] + 2 * ALPHA))}
 
     @staticmethod
@@ -215,7 +229,7 @@ class Categorical(LeafType):
     name, kinds = "categorical", ("binary", "categorical", "ordinal")
 
     @staticmethod
-    def fit(x, w, cardinality):
+    def fit(x, w, cardinality, min_std=MIN_STD):
         return Categorical.from_stats(Categorical.stats(x, w, {"probs": np.zeros(cardinality)}), {})
 
     @staticmethod
@@ -224,7 +238,7 @@ class Categorical(LeafType):
         return np.bincount(x.astype(int), weights=w, minlength=k)[:k]
 
     @staticmethod
-    def from_stats(stats, params):
+    def from_stats(stats, params, min_std=MIN_STD):
         return {"probs": (stats + ALPHA) / (stats.sum() + ALPHA * len(stats))}
 
     @staticmethod
@@ -265,8 +279,8 @@ class Histogram(LeafType):
     name, kinds = "histogram", ("continuous",)
 
     @staticmethod
-    def fit(x, w, cardinality):
-        mean, std = weighted_mean_std(x, w)
+    def fit(x, w, cardinality, min_std=MIN_STD):
+        mean, std = weighted_mean_std(x, w, min_std)
         lo, hi = (float(x.min()), float(x.max())) if len(x) else (0.0, 1.0)
         if hi - lo < 1e-9:
             lo, hi = lo - MIN_STD, hi + MIN_STD
@@ -283,9 +297,9 @@ class Histogram(LeafType):
         return np.concatenate([counts, moments(x, w)])
 
     @staticmethod
-    def from_stats(stats, params):
+    def from_stats(stats, params, min_std=MIN_STD):
         counts = stats[:-3]
-        mean, std = mean_std_from(stats[-3:])
+        mean, std = mean_std_from(stats[-3:], min_std)
         return {"edges": params["edges"], "probs": (counts + ALPHA) / (counts.sum() + ALPHA * len(counts)),
                 "mean": np.array(mean), "std": np.array(std), "eps": params["eps"]}
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedpgm.circuits.leaves import default_leaf, leaf_type
+from fedpgm.circuits.leaves import default_leaf, leaf_type, std_floors
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 
 
-def init_input(c: Circuit, X: np.ndarray, vars_: list[int], leaf: str, rng) -> int:
+def init_input(c: Circuit, X: np.ndarray, vars_: list[int], leaf: str, rng, floors: np.ndarray) -> int:
     """A product of leaves over ``vars_``, fitted to a random fifth of the rows."""
     rows = rng.choice(len(X), size=max(2, len(X) // 5), replace=len(X) < 10)
     leaves = []
@@ -28,18 +28,18 @@ def init_input(c: Circuit, X: np.ndarray, vars_: list[int], leaf: str, rng) -> i
         dist = default_leaf(feat.kind, leaf)
         x = X[rows, v]
         x = x[~np.isnan(x)]
-        leaves.append(c.leaf(v, dist, leaf_type(dist).fit(x, np.ones(len(x)), feat.cardinality)))
+        leaves.append(c.leaf(v, dist, leaf_type(dist).fit(x, np.ones(len(x)), feat.cardinality, floors[v])))
     return leaves[0] if len(leaves) == 1 else c.product(leaves)
 
 
 def region(c: Circuit, X: np.ndarray, vars_: list[int], depth: int, n_sums: int, n_inputs: int,
-           leaf: str, rng, top: bool = False) -> list[int]:
+           leaf: str, rng, floors: np.ndarray, top: bool = False) -> list[int]:
     """Node ids representing one region (sums, or the products of its split if ``top``)."""
     if depth == 0 or len(vars_) == 1:
-        return [init_input(c, X, vars_, leaf, rng) for _ in range(n_inputs)]
+        return [init_input(c, X, vars_, leaf, rng, floors) for _ in range(n_inputs)]
     half = len(vars_) // 2
-    left = region(c, X, vars_[:half], depth - 1, n_sums, n_inputs, leaf, rng)
-    right = region(c, X, vars_[half:], depth - 1, n_sums, n_inputs, leaf, rng)
+    left = region(c, X, vars_[:half], depth - 1, n_sums, n_inputs, leaf, rng, floors)
+    right = region(c, X, vars_[half:], depth - 1, n_sums, n_inputs, leaf, rng, floors)
     products = [c.product([a, b]) for a in left for b in right]
     if top:
         return products
@@ -47,8 +47,9 @@ def region(c: Circuit, X: np.ndarray, vars_: list[int], depth: int, n_sums: int,
 
 
 def rat_spn(schema: Schema, X: np.ndarray, depth: int = 2, repetitions: int = 4, n_sums: int = 4,
-            n_inputs: int = 4, leaf: str = "gaussian", seed: int = 0) -> Circuit:
-    """The RAT-SPN structure with initial parameters (train it with ``em``)."""
+            n_inputs: int = 4, leaf: str = "gaussian", seed: int = 0, floors: np.ndarray | None = None) -> Circuit:
+    """The RAT-SPN structure with initial parameters (train it with ``em``); a continuous
+    leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``)."""
     for name, value in (("depth", depth), ("repetitions", repetitions), ("n_sums", n_sums),
                         ("n_inputs", n_inputs)):
         if value < 1:
@@ -58,10 +59,11 @@ def rat_spn(schema: Schema, X: np.ndarray, depth: int = 2, repetitions: int = 4,
         raise FedpgmError(f"training data must be (rows > 0, {len(schema)}), got shape {X.shape}")
     rng = np.random.default_rng(seed)
     c = Circuit(schema)
+    floors = std_floors(X) if floors is None else floors
     tops = []
     for _ in range(repetitions):
         order = [int(v) for v in rng.permutation(len(schema))]
-        tops += region(c, X, order, depth, n_sums, n_inputs, leaf, rng, top=len(order) > 1)
+        tops += region(c, X, order, depth, n_sums, n_inputs, leaf, rng, floors, top=len(order) > 1)
     if len(tops) > 1:
         c.sum(tops, rng.dirichlet(np.ones(len(tops))))
     c.validate()

@@ -51,6 +51,8 @@ def fit(
     min_instances: Annotated[int, typer.Option(help="LearnSPN: min rows per slice")] = 100,
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram")] = "gaussian",
+    by_label: Annotated[bool, typer.Option(help="LearnSPN: root sum over the label's values, one structure "
+                                                "per class (a generative classifier p(y) p(x | y))")] = False,
     em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
     placement: Annotated[str, typer.Option(help="server (clients send circuits) or split (clients keep "
                                                 "them; queries go to the clients)")] = "server",
@@ -74,7 +76,8 @@ def fit(
     if placement == "split" and out is not None:
         raise FedpgmError("--out saves an assembled model; with --placement split the circuits stay at "
                           "the clients, so use --placement server to save one")
-    params = {"learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf},
+    params = {"learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf,
+                           "by_label": by_label},
               "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf}}.get(
                   learner, {"leaf": leaf, "em_iterations": em_iterations})
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
