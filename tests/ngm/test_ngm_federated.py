@@ -86,7 +86,7 @@ def test_stitched_model_starts_as_the_global_one_and_keeps_its_weights_frozen(ch
     graph = from_edges(schema.names, [["w", "b"], ["w", "c"]])
     full = Layout(schema, {**chain_model.layout.stats, **Layout.fit(frame, Schema(schema.features[-1:])).stats})
     wide_graph = nx.compose(chain_model.graph, graph)
-    wide = widen(chain_model.net, full, wide_graph, units_per_feature=3, seed=1)
+    wide, _ = widen(chain_model.net, full, wide_graph, units_per_feature=3, seed=1)
     x = torch.randn(50, chain_model.layout.width)
     extra = torch.randn(50, 1)
     with torch.no_grad():

@@ -15,7 +15,7 @@ global distribution) and the extra features' outputs.
 Why groups and not a dense widening: dense new units read every input, so any weight into a
 global output creates off-graph paths, and the log path-norm penalty (the global model sits at
 an off-graph share of ~1e-4) pinned those weights at zero: stitching then barely moved the
-global predictions (Adult: better in 19 of 27 client x target x seed cells).
+global predictions (Adult: better in 16-19 of 27 client x target x seed cells; 23-26 now).
 """
 
 from __future__ import annotations
@@ -29,39 +29,19 @@ from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.graph import adjacency
 from fedpgm.ngm.layout import Layout
-from fedpgm.ngm.model import NGM, NGMSettings, Objective, hide, train, validation_rows
+from fedpgm.ngm.model import NGM, NGMSettings, Objective, train, validation_rows
 from fedpgm.ngm.network import NGMNet
 
 
-def owners(net: NGMNet, layout: Layout, units_per_feature: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per layer, the (out, in) and (out,) arrays of the feature each trainable weight and bias
-    of the widened ``net`` belongs to (-1: frozen); see ``widen``."""
-    col_feature = layout.membership().argmax(0)
-    unit = np.repeat(np.arange(len(layout.schema)), units_per_feature)
-    out = []
-    for l, (w, m) in enumerate(zip(net.weights, net.frozen)):
-        rows = col_feature if l == len(net.weights) - 1 else np.concatenate(
-            [np.full(w.shape[0] - len(unit), -1), unit])
-        cols = np.concatenate([np.full(w.shape[1] - len(unit), -1), unit]) if l > 0 else None
-        owner = np.broadcast_to(rows[:, None], w.shape).copy()
-        if l == len(net.weights) - 1:
-            owner = np.broadcast_to(cols[None, :], w.shape).copy()
-        owner[m.numpy() > 0] = -1
-        bias = rows.copy()
-        bias[net.frozen_bias[l].numpy() > 0] = -1
-        out.append((owner, bias))
-    return out
-
-
 class BestPerFeature:
-    """``after_epoch`` for ``train``: each feature's validation loss (inputs hidden as in
-    training, the same subsets every time) and, per feature, the new weights at its best epoch,
-    the untrained state (the global model's outputs) included. A feature's group of new units
-    feeds only its own output, so the best state of each feature can be put together exactly."""
+    """``after_epoch`` for ``train``: each feature's validation loss when predicted from all the
+    other features, and, per feature, the new weights at its best epoch, the untrained state (the
+    global model's outputs) included. A feature's group of new units feeds only its own output,
+    so the best state of each feature can be put together exactly. ``owner``: from ``widen``."""
 
     def __init__(self, objective: Objective, X: np.ndarray, seen: np.ndarray, rows: np.ndarray,
-                 owner: list[tuple[np.ndarray, np.ndarray]], seed: int) -> None:
-        self.objective, self.owner, self.seed = objective, owner, seed
+                 owner: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.objective, self.owner = objective, owner
         self.X = torch.as_tensor(X[rows])
         self.seen = torch.as_tensor(seen[rows], dtype=torch.float32)
         F = len(objective.layout.schema)
@@ -95,44 +75,45 @@ class BestPerFeature:
                     b[mb] = state[l][1][mb]
 
 
-def widen(net: NGMNet, layout: Layout, graph: nx.Graph, units_per_feature: int, seed: int) -> NGMNet:
+def widen(net: NGMNet, layout: Layout, graph: nx.Graph,
+          units_per_feature: int, seed: int) -> tuple[NGMNet, list[tuple[np.ndarray, np.ndarray]]]:
     """``net`` (over the first columns of ``layout``) widened to all of ``layout``'s columns,
     with ``units_per_feature`` new units per feature in each hidden layer, owned as the module
-    doc says; global weights copied and frozen, structural zeros frozen."""
+    doc says; global weights copied and frozen, structural zeros frozen. Also returns, per
+    layer, the feature each weight (out, in) and bias (out,) trains for (-1: frozen)."""
     n_layers = len(net.weights)
     if n_layers < 2:
         raise FedpgmError("stitching needs an NGM with at least one hidden layer")
-    E = layout.membership()  # (F, D')
-    col_feature = E.argmax(0)  # (D',) the feature of each column
-    F = E.shape[0]
-    owner = np.repeat(np.arange(F), units_per_feature)  # (F * units,) the feature of each new unit
-    reads = adjacency(graph, layout.schema.names)  # (F, F) j's unit may read feature i
+    col_feature = layout.membership().argmax(0)  # (D',) the feature of each column
+    unit = np.repeat(np.arange(len(layout.schema)), units_per_feature)  # the feature of each new unit
+    reads = adjacency(graph, layout.schema.names)  # (F, F) j's units may read feature i
     old = net.widths
-    new_units = len(owner)
-    wide = NGMNet([layout.width] + [w + new_units for w in old[1:-1]] + [layout.width], seed=seed)
-    trainable, trainable_bias = [], []
+    wide = NGMNet([layout.width] + [w + len(unit) for w in old[1:-1]] + [layout.width], seed=seed)
+    owners = []
     with torch.no_grad():
         for l, (w, b) in enumerate(zip(net.weights, net.biases)):
             o, i = w.shape
             W, B = wide.weights[l], wide.biases[l]
-            T = torch.zeros_like(W)
+            last = l == n_layers - 1
+            row_owner = np.concatenate([np.full(o, -1), col_feature[o:] if last else unit])  # (out,)
             if l == 0:  # columns -> new units: from the owner's neighbours
-                T[o:, :] = torch.as_tensor(reads[owner][:, col_feature])
-            elif l < n_layers - 1:  # new units -> new units of the same owner
-                T[o:, i:] = torch.as_tensor(owner[:, None] == owner[None, :], dtype=W.dtype)
+                owner = np.where(reads[row_owner.clip(0)][:, col_feature] > 0, row_owner[:, None], -1)
+            elif not last:  # new units -> new units of the same owner
+                col_owner = np.concatenate([np.full(i, -1), unit])
+                owner = np.where(row_owner[:, None] == col_owner[None, :], row_owner[:, None], -1)
             else:  # new units -> their owner's output columns
-                T[:, i:] = torch.as_tensor(col_feature[:, None] == owner[None, :], dtype=W.dtype)
+                col_owner = np.concatenate([np.full(i, -1), unit])
+                owner = np.where(col_feature[:, None] == col_owner[None, :], col_owner[None, :], -1)
+            T = torch.as_tensor(owner >= 0, dtype=W.dtype)
             W.mul_(T)
-            if l == n_layers - 1:
+            if last:
                 W[:o, i:] = 0.0  # the global outputs start unchanged
             W[:o, :i] = w
-            Tb = torch.zeros_like(B)
-            Tb[o:] = 1.0
             B[:o] = b
-            trainable.append(T)
-            trainable_bias.append(Tb)
-    wide.freeze([1.0 - T for T in trainable], [1.0 - T for T in trainable_bias])
-    return wide
+            owners.append((owner, row_owner))
+    wide.freeze([torch.as_tensor(own < 0, dtype=W.dtype) for own, _ in owners],
+                [torch.as_tensor(own < 0, dtype=W.dtype) for _, own in owners])
+    return wide, owners
 
 
 def stitch(model: NGM, frame: pd.DataFrame, schema: Schema, edges: nx.Graph,
@@ -157,11 +138,10 @@ def stitch(model: NGM, frame: pd.DataFrame, schema: Schema, edges: nx.Graph,
     graph.add_nodes_from(names)
     graph.add_edges_from((a, b) for a, b in edges.edges()
                          if (a in names or b in names) and a in full and b in full and a != b)
-    net = widen(model.net, layout, graph, units_per_feature, settings.seed)
+    net, owners = widen(model.net, layout, graph, units_per_feature, settings.seed)
     X, seen = layout.encode(frame)
     objective = Objective(layout, graph, False, 0.0)
-    best = BestPerFeature(objective, X, seen, validation_rows(len(X), settings),
-                          owners(net, layout, units_per_feature), settings.seed + 1)
+    best = BestPerFeature(objective, X, seen, validation_rows(len(X), settings), owners)
     history = train(net, objective, X, seen, settings, after_epoch=best)
     best.restore(net)
     out = NGM(layout, graph, net, settings, history=history)
