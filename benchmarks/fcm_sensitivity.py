@@ -2,7 +2,9 @@
 setting varies, per model, mean +- std over seeds.
 
 ``--vary dp``: DP-SGD on every client update (Opacus; delta 1e-5, clipping norm 1.0) at the
-target epsilons ``--values`` (default 10 5 1), plus the accountant's largest spent epsilon.
+target epsilons ``--values`` (default 10 5 1) for a client's whole training or, with
+``--dp-scope update``, for each update it sends (the paper's setting), plus the accountant's
+largest epsilon spent over all updates and per update.
 ``--vary clients``: the total client population K (default 10 20 50 100) with the overall data
 fixed, 10 clients per round (all of them when K = 10), the late half joining as in Table 1.
 
@@ -28,11 +30,12 @@ DEFAULTS = {"dp": [10.0, 5.0, 1.0], "clients": [10, 20, 50, 100]}
 METRICS = ("task_accuracy", "concept_accuracy", "label_accuracy", "seconds", "rounds")
 
 
-def settings(network: str, kind: str, vary: str, value: float, rounds: int, seed: int) -> FCMSettings:
+def settings(network: str, kind: str, vary: str, value: float, rounds: int, seed: int,
+             dp_scope: str = "training") -> FCMSettings:
     join = 10 if network in ("asia", "sachs") else 20
     r = dict(kind=kind, regime="fcm", rounds=rounds, join_round=join, seed=seed)
     if vary == "dp":
-        return FCMSettings(network=network, rounds=RoundSettings(**r, dp_epsilon=float(value)))
+        return FCMSettings(network=network, rounds=RoundSettings(**r, dp_epsilon=float(value), dp_scope=dp_scope))
     k = int(value)
     return FCMSettings(network=network, clients=k, rounds=RoundSettings(**r, per_round=min(10, k)))
 
@@ -45,6 +48,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=list(KINDS))
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--dp-scope", choices=["training", "update"], default="training",
+                    help="epsilon bounds a client's whole training or each update (the paper's setting)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     values = args.values or DEFAULTS[args.vary]
@@ -53,18 +58,21 @@ def main() -> None:
         data = make_concept_data(args.network, seed=seed)
         for kind in args.models:
             for value in values:
-                _, rep = run_fcm(settings(args.network, kind, args.vary, value, args.rounds, seed), data=data)
+                _, rep = run_fcm(settings(args.network, kind, args.vary, value, args.rounds, seed, args.dp_scope),
+                                 data=data)
                 if args.vary == "dp":
                     rep["epsilon_spent"] = rep["dp"]["epsilon_spent_max"]
+                    rep["epsilon_per_update"] = rep["dp"]["epsilon_per_update_max"]
                 print(f"{args.network} {kind} {args.vary}={value:g} seed {seed}: task {rep['task_accuracy']:.3f} "
                       f"concepts {rep['concept_accuracy']:.3f} {rep['seconds']:.0f}s", file=sys.stderr, flush=True)
                 cell = runs.setdefault(kind, {}).setdefault(f"{value:g}", {})
-                for m in METRICS + (("epsilon_spent",) if args.vary == "dp" else ()):
+                for m in METRICS + (("epsilon_spent", "epsilon_per_update") if args.vary == "dp" else ()):
                     cell.setdefault(m, []).append(float(rep[m]))
     table = {kind: {v: {m: mean_std(x) for m, x in cell.items()} for v, cell in by.items()}
              for kind, by in runs.items()}
     emit({"benchmark": f"fcm_{args.vary}", "network": args.network, "seeds": args.seeds,
-          "rounds": args.rounds, "values": values, "table": table}, args.out)
+          "rounds": args.rounds, "values": values,
+          **({"dp_scope": args.dp_scope} if args.vary == "dp" else {}), "table": table}, args.out)
     if args.out:
         plot(table, args.vary, args.network, Path(args.out).with_suffix(".png"))
 

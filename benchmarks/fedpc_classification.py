@@ -6,7 +6,10 @@ for horizontal 5/10 (iid), vertical 2/3 and hybrid 2/3 clients (label at client-
 vertical and hybrid splits the label is shared with every client, since a tree needs it); FedAvg of
 an MLP (100 rounds, horizontal) and SplitNN with an MLP per client (20 epochs, vertical),
 both through fedpgm's runtime; and scikit-learn's HistGradientBoostingClassifier on the pooled
-table as the centralized reference. Accuracy, F1 of the positive class, macro-F1 and measured
+table as the centralized reference. With ``--peers`` (after ``bash scripts/install_peers.sh``)
+also the paper's peers: FedTree (horizontal 5/10, vertical 2/3; it splits the pooled table
+itself and does not support hybrid federations), FedAvg of TabNet (20 rounds) and SplitNN with a
+TabNet per client (20 epochs). Accuracy, F1 of the positive class, macro-F1 and measured
 bytes; mean +- std over seeds. Writes a PNG of bytes beside the JSON.
 
     python benchmarks/fedpc_classification.py --datasets breast_cancer --min-instances 20 \
@@ -24,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import bar_panels, emit, mean_std  # noqa: E402
 
 from fedpgm.baselines.fedavg import fedavg, predict_proba  # noqa: E402
+from fedpgm.baselines.fedtree import fedtree_proba  # noqa: E402
 from fedpgm.baselines.splitnn import splitnn  # noqa: E402
 from fedpgm.baselines.tabular import get_weights  # noqa: E402
 from fedpgm.data import load_dataset, partition  # noqa: E402
@@ -71,9 +75,31 @@ def run_seed(name: str, seed: int, args) -> dict:
             m = classification(res["test_proba"], res["test_labels"].astype(float))
             out[f"SplitNN MLP {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]
                                                    + res["communication"]["bytes_down"]}
+        if args.peers and split != "hybrid":
+            out |= peers(ds, part, split, k, seed, truth)
         print(f"{name} seed {seed} {split} x{k}: FC[PC] {out[f'FC[PC] {split} x{k}']['accuracy']:.3f} "
               f"FC[DT] {out[f'FC[DT] {split} x{k}']['accuracy']:.3f} "
               f"({time.perf_counter() - t0:.0f} s baseline)", file=sys.stderr, flush=True)
+    return out
+
+
+def peers(ds, part, split: str, k: int, seed: int, truth) -> dict:
+    """FedTree and the TabNet baselines (FedAvg horizontal, SplitNN vertical) on one setting."""
+    proba, seconds = fedtree_proba(ds.train, ds.test, ds.schema, split, k, seed)
+    out = {f"FedTree {split} x{k}": classification(proba, truth) | {"train_seconds": seconds}}
+    if split == "horizontal":
+        with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS") as fed:
+            res = fedavg(fed, rounds=20, lr=2e-2, batch_size=32 if len(ds.train) < 5000 else 1024, seed=seed,
+                         arch="tabnet")
+        m = classification(predict_proba(res, ds.test), truth)
+        out[f"FedAvg TabNet {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]
+                                                  + res["communication"]["bytes_down"]}
+    else:
+        with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS") as fed:
+            res = splitnn(fed, epochs=20, seed=seed, arch="tabnet")
+        m = classification(res["test_proba"], res["test_labels"].astype(float))
+        out[f"SplitNN TabNet {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]
+                                                   + res["communication"]["bytes_down"]}
     return out
 
 
@@ -86,6 +112,8 @@ def main() -> None:
     ap.add_argument("--min-instances", type=int, default=100, help="LearnSPN min rows per slice")
     ap.add_argument("--by-label", action=argparse.BooleanOptionalAction, default=True,
                     help="FC[PC]: LearnSPN with a root sum over the label (one structure per class)")
+    ap.add_argument("--peers", action="store_true",
+                    help="also FedTree and TabNet (FedAvg, SplitNN); needs bash scripts/install_peers.sh")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     table = {}
@@ -101,7 +129,7 @@ def main() -> None:
             table[name][method] = cell
     emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds,
           "min_instances_slice": args.min_instances, "by_label": args.by_label, "fedavg_rounds": args.rounds,
-          "splitnn_epochs": args.epochs, "table": table}, args.out)
+          "splitnn_epochs": args.epochs, "peers": args.peers, "table": table}, args.out)
     if args.out:
         bar_panels(table, Path(args.out).with_suffix(".png"), "bytes", "bytes to train (log scale)", log=True,
                    color=lambda k: "tab:blue" if k.startswith("FC") else "tab:orange")

@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--samples-factor", type=float, default=1.0)
     ap.add_argument("--gibbs-sweeps", type=int, default=0)
     ap.add_argument("--sparsity", type=float, default=0.25)
-    ap.add_argument("--soft", action="store_true", help="fit the clients' mean predictions, not sampled values")
+    ap.add_argument("--soft", action="store_true", help="fit the predictions of the client model that drew each sample, not sampled values")
     ap.add_argument("--graph", default="glasso")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

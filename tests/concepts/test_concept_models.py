@@ -115,3 +115,15 @@ def test_dp_client_updates_report_the_accountants_epsilon(asia, kind):
     spent = rep["dp"]["epsilon_spent"]
     assert len(spent) >= 3 and all(0 <= e <= 2.0 for e in spent.values()) and max(spent.values()) > 0
     assert rep["dp"]["epsilon_spent_max"] == max(spent.values())
+
+
+def test_dp_per_update_scope_bounds_each_update_and_reports_their_composition(asia):
+    rounds = RoundSettings(kind="cbm", regime="fcm", rounds=4, per_round=3, join_round=2, patience=4, hidden=8,
+                           emb=4, dp_epsilon=2.0, dp_scope="update", train=TrainSettings(batch_size=256))
+    _, rep = run_fcm(FCMSettings(network="asia", clients=6, rounds=rounds), data=asia)
+    dp = rep["dp"]
+    assert dp["scope"] == "update" and 1.9 <= dp["epsilon_per_update_max"] <= 2.0
+    assert dp["epsilon_spent_max"] > 2.0  # a client that sent several updates spent more in all
+    with pytest.raises(FedpgmError, match="unknown DP scope 'round'"):
+        run_fcm(FCMSettings(network="asia", clients=6, rounds=RoundSettings(dp_epsilon=1.0, dp_scope="round")),
+                data=asia)

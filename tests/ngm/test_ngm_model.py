@@ -103,6 +103,6 @@ def test_soft_distillation_follows_the_teacher_closer_than_its_samples(chain, ch
     print(f"distance to the teacher: hard {gap_hard:.4f}, soft {gap_soft:.4f}")
     assert gap_soft < gap_hard
     untaught = NGM.fit(samples, schema, graph, settings, teachers=[chain_model],
-                       taught=np.zeros(len(samples), bool))  # every row keeps its own values
+                       teacher_of=np.full(len(samples), -1))  # every row keeps its own values
     for a, b in zip(untaught.net.parameters(), hard.net.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpgm.baselines.tabular import encode, get_weights, local_moments, merge_moments, mlp, set_weights
+from fedpgm.baselines.tabular import encode, get_weights, local_moments, merge_moments, network, set_weights
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
@@ -37,13 +37,15 @@ def train(request: Message, ctx: ClientContext) -> Message:
         raise FedpgmError(f"client '{ctx.client_id}' holds no label; FedAvg needs labelled rows")
     x = torch.from_numpy(encode(ctx.data.train, schema, {k: tuple(v) for k, v in cfg["stats"].items()}))
     y = torch.from_numpy(ctx.data.train[schema.label].to_numpy(dtype=np.int64))
-    model = mlp(x.shape[1], schema[schema.label].cardinality, cfg["hidden"], cfg["layers"])
+    model = network(cfg["arch"], x.shape[1], schema[schema.label].cardinality, cfg["hidden"], cfg["layers"])
     set_weights(model, request.arrays)
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
     gen = torch.Generator().manual_seed(int(cfg["seed"]))
     start = time.process_time()
     for _ in range(int(cfg["epochs"])):
         for idx in torch.randperm(len(x), generator=gen).split(int(cfg["batch_size"])):
+            if len(idx) < 2:  # batch norm (TabNet) needs two rows
+                continue
             opt.zero_grad()
             nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
             opt.step()
@@ -51,8 +53,9 @@ def train(request: Message, ctx: ClientContext) -> Message:
 
 
 def fedavg(fed: Federation, rounds: int = 100, epochs: int = 1, lr: float = 1e-3, batch_size: int = 64,
-           hidden: int = 64, layers: int = 2, seed: int = 0) -> dict:
-    """Train; returns {"model", "schema", "stats", "seconds", "communication"}."""
+           hidden: int = 64, layers: int = 2, seed: int = 0, arch: str = "mlp") -> dict:
+    """Train ``arch`` (``mlp`` or ``tabnet``, see ``tabular.network``); returns {"model",
+    "schema", "stats", "critical_path_seconds", "communication"}."""
     if rounds < 1 or epochs < 1:
         raise FedpgmError(f"rounds and epochs must be >= 1, got {rounds} and {epochs}")
     described = fed.broadcast("describe").require_all()
@@ -63,9 +66,9 @@ def fedavg(fed: Federation, rounds: int = 100, epochs: int = 1, lr: float = 1e-3
     stats = merge_moments([m.config["moments"] for m in described.values()])
     torch.manual_seed(seed)
     width = encode(_empty(schema), schema, stats).shape[1]
-    model = mlp(width, schema[schema.label].cardinality, hidden, layers)
+    model = network(arch, width, schema[schema.label].cardinality, hidden, layers)
     cfg = {"stats": stats, "epochs": epochs, "lr": lr, "batch_size": batch_size, "hidden": hidden,
-           "layers": layers}
+           "layers": layers, "arch": arch}
     critical = 0.0
     for r in range(rounds):
         replies = fed.broadcast("train", get_weights(model), {**cfg, "seed": seed * 100_003 + r}).require_all()
@@ -87,5 +90,6 @@ def _empty(schema: Schema):
 def predict_proba(result: dict, frame) -> np.ndarray:
     """(rows, classes) class probabilities of a trained FedAvg/centralized MLP."""
     x = torch.from_numpy(encode(frame, result["schema"], result["stats"]))
+    result["model"].eval()
     with torch.no_grad():
         return torch.softmax(result["model"](x), dim=1).numpy()

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpgm.baselines.tabular import encode, local_moments, merge_moments, mlp
+from fedpgm.baselines.tabular import encode, local_moments, merge_moments, mlp, network
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
@@ -53,7 +53,7 @@ def bottom(ctx: ClientContext, cfg: dict) -> nn.Module:
     schema = ctx.data.schema
     width = encode(ctx.data.train.iloc[:0], schema, cfg["stats"]).shape[1]
     torch.manual_seed(int(cfg["seed"]))
-    model = mlp(width, cfg["embedding"], cfg["hidden"], 1)
+    model = network(cfg["arch"], width, cfg["embedding"], cfg["hidden"], 1)
     keys = [k for k in ctx.state if k.startswith("bottom/")]
     if keys:
         model.load_state_dict({k[7:]: torch.from_numpy(ctx.state[k]) for k in keys})
@@ -68,10 +68,12 @@ def inputs(ctx: ClientContext, cfg: dict, split: str) -> torch.Tensor:
 @HANDLERS.train("forward")
 def forward(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
-    x = inputs(ctx, cfg, cfg.get("split", "train"))
+    split = cfg.get("split", "train")
+    x = inputs(ctx, cfg, split)
     rows = request.arrays.get("rows")
+    model = bottom(ctx, cfg).train(split == "train")
     with torch.no_grad():
-        emb = bottom(ctx, cfg)(x if rows is None else x[torch.from_numpy(rows)])
+        emb = model(x if rows is None else x[torch.from_numpy(rows)])
     return Message("forward", {"embedding": emb.numpy()})
 
 
@@ -84,6 +86,8 @@ def backward(request: Message, ctx: ClientContext) -> Message:
     model(x).backward(torch.from_numpy(request.arrays["grad"]))
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if p.grad is None:  # a parameter this batch did not reach
+                continue
             buf = ctx.state.get(f"momentum/{name}")
             buf = p.grad.numpy() if buf is None else cfg["momentum"] * buf + p.grad.numpy()
             ctx.state[f"momentum/{name}"] = buf
@@ -93,8 +97,10 @@ def backward(request: Message, ctx: ClientContext) -> Message:
 
 
 def splitnn(fed: Federation, epochs: int = 20, lr: float = 0.05, momentum: float = 0.9, batch_size: int = 256,
-            hidden: int = 64, embedding: int = 16, seed: int = 0) -> dict:
-    """Train; returns {"predict_test": (rows, classes) test probabilities, "test_labels", ...}."""
+            hidden: int = 64, embedding: int = 16, seed: int = 0, arch: str = "mlp") -> dict:
+    """Train with an ``arch`` bottom network per client (``mlp`` or ``tabnet``, see
+    ``tabular.network``) and an MLP top; returns {"test_proba": (rows, classes) test
+    probabilities, "test_labels", "communication", "top_params"}."""
     described = fed.broadcast("describe").require_all()
     schemas = {c: Schema.from_dict(m.config["schema"]) for c, m in described.items()}
     if len({m.config["ids_digest"] for m in described.values()}) != 1:
@@ -108,7 +114,8 @@ def splitnn(fed: Federation, epochs: int = 20, lr: float = 0.05, momentum: float
     y = torch.from_numpy(lab.arrays["train"])
     classes = label_schema[label_schema.label].cardinality
     clients = list(described)
-    cfg = {"stats": stats, "hidden": hidden, "embedding": embedding, "seed": seed, "lr": lr, "momentum": momentum}
+    cfg = {"stats": stats, "hidden": hidden, "embedding": embedding, "seed": seed, "lr": lr, "momentum": momentum,
+           "arch": arch}
     per = {c: ({}, {**cfg, "seed": seed + i}) for i, c in enumerate(clients)}
     torch.manual_seed(seed)
     top = mlp(embedding * len(clients), classes, hidden, 1)
@@ -117,6 +124,8 @@ def splitnn(fed: Federation, epochs: int = 20, lr: float = 0.05, momentum: float
     n = len(y)
     for _ in range(epochs):
         for idx in torch.randperm(n, generator=gen).split(batch_size):
+            if len(idx) < 2:  # batch norm (TabNet) needs two rows
+                continue
             rows = idx.numpy().astype(np.int64)
             fwd = fed.broadcast("forward", per_client={c: ({"rows": rows}, per[c][1]) for c in clients}).require_all()
             emb = [torch.from_numpy(fwd[c].arrays["embedding"]).requires_grad_(True) for c in clients]

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from fedpgm.data.schema import Schema
+from fedpgm.errors import FedpgmError
 from fedpgm.federation.reference import combine
 
 
@@ -68,6 +69,39 @@ def mlp(width_in: int, width_out: int, hidden: int = 64, layers: int = 2) -> nn.
         w = hidden
     mods.append(nn.Linear(w, width_out))
     return nn.Sequential(*mods)
+
+
+ARCHS = ("mlp", "tabnet")
+
+
+class TabNetBody(nn.Module):
+    """pytorch-tabnet's TabNet network with its defaults (n_d = n_a = 8, 3 steps, ghost batch
+    norm over virtual batches of 128): (rows, width_in) -> (rows, width_out). Its sparsity
+    regulariser (the second output, weight 1e-3 in TabNet's trainer) is left out, so both
+    baselines train every architecture on the same loss."""
+
+    def __init__(self, width_in: int, width_out: int) -> None:
+        super().__init__()
+        from pytorch_tabnet.tab_network import TabNet
+
+        self.net = TabNet(width_in, width_out, n_d=8, n_a=8, n_steps=3, virtual_batch_size=128,
+                          group_attention_matrix=torch.eye(width_in))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)[0]
+
+
+def network(arch: str, width_in: int, width_out: int, hidden: int = 64, layers: int = 2) -> nn.Module:
+    """The baselines' network: ``mlp`` (``hidden`` x ``layers``) or ``tabnet`` (the FedPC paper's
+    peer; ``pip install pytorch-tabnet==4.1.0``, see scripts/install_peers.sh)."""
+    if arch == "mlp":
+        return mlp(width_in, width_out, hidden, layers)
+    if arch == "tabnet":
+        try:
+            return TabNetBody(width_in, width_out)
+        except ImportError as err:
+            raise FedpgmError("the tabnet architecture needs pytorch-tabnet; run `bash scripts/install_peers.sh`") from err
+    raise FedpgmError(f"unknown architecture '{arch}'; use one of {ARCHS}")
 
 
 def get_weights(model: nn.Module) -> dict[str, np.ndarray]:

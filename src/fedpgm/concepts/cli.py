@@ -39,6 +39,8 @@ def fit(
     backend: Annotated[str, typer.Option(help="inprocess or flower (a loopback deployment)")] = "inprocess",
     dp_epsilon: Annotated[Optional[float], typer.Option(help="DP-SGD on client updates (Opacus): target "
                                                             "epsilon per client, delta 1e-5, clip 1.0")] = None,
+    dp_scope: Annotated[str, typer.Option(help="What --dp-epsilon bounds: a client's whole 'training' "
+                                               "or each 'update' it sends (the paper's setting)")] = "training",
     seed: Seed = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Folder for convergence and intervention plots")] = None,
@@ -54,7 +56,8 @@ def fit(
     settings = FCMSettings(network=network, task=task, rows=rows, clients=clients,
                            perturbed_clients=perturbed_clients, perturbed_edges=perturbed_edges, backend=backend,
                            rounds=RoundSettings(kind=model, regime=regime, rounds=rounds, per_round=per_round,
-                                                join_round=join, seed=seed, dp_epsilon=dp_epsilon))
+                                                join_round=join, seed=seed, dp_epsilon=dp_epsilon,
+                                                dp_scope=dp_scope))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         job = bar.add_task(f"{model} {regime} on {network}", total=rounds)
@@ -70,7 +73,8 @@ def fit(
     console.print(f"{model} {regime} on {network}: task accuracy {report['task_accuracy']:.3f}, concept "
                   f"accuracy {report['concept_accuracy']:.3f}, coverage {report['coverage']:.2f}, "
                   f"{report['rounds']} rounds, {report['bytes_up']:,} bytes up"
-                  + (f", epsilon spent {report['dp']['epsilon_spent_max']:.2f} (target {dp_epsilon})"
+                  + (f", epsilon spent {report['dp']['epsilon_spent_max']:.2f} over all updates, "
+                     f"{report['dp']['epsilon_per_update_max']:.2f} per update (target {dp_epsilon} per {dp_scope})"
                      if "dp" in report else ""))
 
 

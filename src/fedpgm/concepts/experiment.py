@@ -23,6 +23,7 @@ from fedpgm.concepts.federation import (GRAPH, HANDLERS, X_PREFIX, RoundSettings
 from fedpgm.concepts.graphs import (aggregate, client_subgraphs, diff_pairs, from_edge_list, perturb,
                                    to_edge_list)
 from fedpgm.concepts.models import ConceptModel, load_model, save_model
+from fedpgm.concepts.privacy import DP_SCOPES
 from fedpgm.concepts.train import TrainSettings, depths, evaluate
 from fedpgm.data.partition import ClientData, Partition
 from fedpgm.data.schema import Feature, Schema
@@ -96,6 +97,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
         raise FedpgmError(f"unknown backend '{s.backend}'; use inprocess or flower")
     if s.backend == "flower" and r.regime not in ("static", "fcm", "reinit"):
         raise FedpgmError(f"the {r.regime} regime trains in one place; --backend flower is for static, fcm, reinit")
+    if r.dp_scope not in DP_SCOPES:
+        raise FedpgmError(f"unknown DP scope '{r.dp_scope}'; use one of {DP_SCOPES}")
     if r.per_round > s.clients:
         raise FedpgmError(f"--per-round {r.per_round} exceeds --clients {s.clients}; lower it")
     t0 = time.perf_counter()
@@ -124,8 +127,10 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
                       joins=out["joins"], removed_edges=out["removed_edges"],
                       fraction_params_changed=sum(j["fraction_params_changed"] for j in out["joins"]))
         if r.dp_epsilon is not None:
-            report.update(dp={"target_epsilon": r.dp_epsilon, "delta": r.dp_delta, "max_grad_norm": 1.0,
+            report.update(dp={"target_epsilon": r.dp_epsilon, "scope": r.dp_scope, "delta": r.dp_delta,
+                              "max_grad_norm": 1.0,
                               "epsilon_spent_max": max(out["epsilon_spent"].values(), default=0.0),
+                              "epsilon_per_update_max": max(out["epsilon_per_update"].values(), default=0.0),
                               "epsilon_spent": out["epsilon_spent"]})
         report.update(test_metrics(model, d))
         report["diff_pairs"] = diff_pairs(d.dag, model.graph)
@@ -196,4 +201,5 @@ def flower_procedure(fed, initial: list[str], late: list[str], cards: dict, task
     save_model(res["model"], out)
     return {"connected_at_start": connected, "history": res["history"], "joins": res["joins"],
             "removed_edges": res["removed_edges"],
-            "epsilon_spent": res["epsilon_spent"], "ledger": fed.ledger.totals()}
+            "epsilon_spent": res["epsilon_spent"], "epsilon_per_update": res["epsilon_per_update"],
+            "ledger": fed.ledger.totals()}

@@ -78,6 +78,7 @@ def train(request: Message, ctx: ClientContext) -> Message:
     if dp is not None:
         ctx.state["dp_history"] = dp.history
         reply["epsilon"] = dp.epsilon()
+        reply["epsilon_update"] = dp.update_epsilon(settings.epochs * dp.steps_per_epoch)
     return Message("train", arrays(model, units), reply)
 
 
@@ -95,6 +96,7 @@ class RoundSettings:
     seed: int = 0
     dp_epsilon: float | None = None  # DP-SGD on every client update (Opacus), delta 1e-5, clip 1.0
     dp_delta: float = 1e-5
+    dp_scope: str = "training"  # calibrate the noise to the whole training or to each update (privacy.py)
 
 
 def changed_fraction(before: dict[str, torch.Tensor], model: ConceptModel) -> float:
@@ -123,7 +125,7 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
 
     agg = merged()
     model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed)
-    history, joins, spent = [], [], {}
+    history, joins, spent, per_update = [], [], {}, {}
     stop = EarlyStopping(model, s.patience)
     for r in range(1, s.rounds + 1):
         if r == s.join_round and late:
@@ -145,7 +147,8 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
         chosen = sorted(rng.choice(pool, size=min(s.per_round, len(pool)), replace=False).tolist())
         cfg = {"spec": model.spec(), "settings": asdict(s.train) | {"seed": s.seed * 1000 + r}}
         if s.dp_epsilon is not None:
-            cfg["dp"] = asdict(DPSettings(s.dp_epsilon, s.rounds * s.train.epochs, s.dp_delta))
+            epochs = s.train.epochs if s.dp_scope == "update" else s.rounds * s.train.epochs
+            cfg["dp"] = asdict(DPSettings(s.dp_epsilon, epochs, s.dp_delta))
         replies = fed.broadcast("train", arrays(model), cfg, clients=chosen).require_all()
         update = average([(dict(m.arrays), m.config["units"], m.config["n_rows"]) for m in replies.values()],
                          model.module_names())
@@ -155,13 +158,14 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
         for c, m in replies.items():
             if "epsilon" in m.config:
                 spent[c] = m.config["epsilon"]
+                per_update[c] = max(per_update.get(c, 0.0), m.config["epsilon_update"])
         if progress is not None:
             progress(r, loss)
         if (r >= s.join_round or not late) and stop.update(loss):
             break
     stop.restore()
     return {"model": model, "history": history, "joins": joins, "graph": agg.graph,
-            "removed_edges": agg.removed, "epsilon_spent": spent}
+            "removed_edges": agg.removed, "epsilon_spent": spent, "epsilon_per_update": per_update}
 
 
 def train_alone(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: list[str],

@@ -1,10 +1,19 @@
 """Differentially private client updates with Opacus (DP-SGD).
 
 Each client clips per-sample gradients to ``max_grad_norm`` and adds Gaussian noise whose
-multiplier meets (``epsilon``, ``delta``) over its whole training: ``total_epochs`` passes over
-its rows at sampling rate ``batch_size / rows`` (Poisson-sampled batches, as the accounting
-assumes). The RDP accountant's history is plain JSON, kept by the client across rounds, so the
-epsilon it reports is what it has spent so far, never more than the target.
+multiplier meets (``epsilon``, ``delta``) over ``total_epochs`` passes over its rows at sampling
+rate ``batch_size / rows`` (Poisson-sampled batches, as the accounting assumes). Two scopes:
+
+- ``training`` (default): ``total_epochs`` = every epoch the client could train (rounds x local
+  epochs), so its whole training, all its updates together, is (epsilon, delta)-DP.
+- ``update``: ``total_epochs`` = one round's local epochs, so each update it sends is
+  (epsilon, delta)-DP: the F-CM paper's setting ("DP at the client update level"; Opacus
+  calibrated to the local training configuration). Far less noise, and a weaker guarantee: the
+  updates compose, and the report says how far.
+
+The RDP accountant's history is plain JSON, kept by the client across rounds, so the epsilon it
+reports is what all its updates have spent together (never above the target under
+``training``); ``update_epsilon`` is what the last update alone spent.
 """
 
 from __future__ import annotations
@@ -18,6 +27,9 @@ from opacus.accountants.utils import get_noise_multiplier
 from opacus.optimizers import DPOptimizer
 
 from fedpgm.errors import FedpgmError
+
+
+DP_SCOPES = ("training", "update")
 
 
 @dataclass
@@ -64,4 +76,11 @@ class ClientDP:
         return [list(h) for h in self.accountant.history]
 
     def epsilon(self) -> float:
+        """Spent by every update so far, composed."""
         return float(self.accountant.get_epsilon(self.s.delta)) if self.accountant.history else 0.0
+
+    def update_epsilon(self, steps: int) -> float:
+        """Spent by the last ``steps`` steps alone (one update)."""
+        one = RDPAccountant()
+        one.history = [(self.sigma, self.q, steps)]
+        return float(one.get_epsilon(self.s.delta)) if steps else 0.0

@@ -10,9 +10,9 @@ their samples (optionally with public rows), release it only to a large enough f
 4. If fewer than ``min_clients`` clients contributed a model, the run refuses: no global
    model is trained or released, and the result says why.
 5. The server draws samples from every client NGM (in proportion to the clients' rows, or
-   equally; breadth-first draws refined by ``sweeps`` Gibbs sweeps), adds public rows if given, and trains the global NGM under the merged graph to match the
-   client models' mean predictions on those rows (``soft``; or the sampled values): its
-   size is that of one NGM whatever the number of clients.
+   equally; breadth-first draws refined by ``sweeps`` Gibbs sweeps), adds public rows if given, and trains the global NGM under the merged graph to match, on
+   each synthetic row, the predictions of the client model that drew it (``soft``; or the
+   sampled values): its size is that of one NGM whatever the number of clients.
 6. ``release``: the global model goes to every client (the stitch step builds on it).
 """
 
@@ -112,21 +112,23 @@ def distil(models: dict[str, NGM], n_rows: dict[str, int], merged: nx.Graph, set
            public: pd.DataFrame | None = None, seed: int = 0, sweeps: int = 0,
            soft: bool = False) -> tuple[NGM, dict]:
     """The global NGM trained on samples of the client ``models`` (plus ``public`` rows) under
-    the ``merged`` graph, and the row counts it saw. ``soft``: on the synthetic rows its fit
-    targets are the client models' mean predictions for the same inputs (ensemble
-    distillation) rather than the sampled values themselves; public rows keep their values."""
+    the ``merged`` graph, and the row counts it saw. ``soft``: on each synthetic row its fit
+    targets are the predictions of the client model that drew the row, for the same inputs
+    (distillation of the clients' mixture), rather than the sampled values themselves;
+    public rows keep their values."""
     schema = next(iter(models.values())).schema
-    synthetic = draw_samples(models, {c: n_rows[c] for c in models}, samples, allocation, seed, sweeps)
+    synthetic, drawn_by = draw_samples(models, {c: n_rows[c] for c in models}, samples, allocation, seed, sweeps)
     table = synthetic if public is None else pd.concat([synthetic, public[schema.names]], ignore_index=True)
     teachers = [models[c] for c in sorted(models)] if soft else None
-    taught = np.arange(len(table)) < len(synthetic)
-    return NGM.fit(table, schema, merged, settings, teachers=teachers, taught=taught), {
+    teacher_of = np.concatenate([drawn_by, np.full(len(table) - len(synthetic), -1)])
+    return NGM.fit(table, schema, merged, settings, teachers=teachers, teacher_of=teacher_of), {
         "synthetic_rows": len(synthetic), "public_rows": 0 if public is None else len(public)}
 
 
 def draw_samples(models: dict[str, NGM], n_rows: dict[str, int], total: int | None,
-                 allocation: str, seed: int, sweeps: int = 0) -> pd.DataFrame:
-    """Samples from each client model: ``total`` rows split in proportion to ``n_rows`` or equally."""
+                 allocation: str, seed: int, sweeps: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
+    """Samples from each client model: ``total`` rows split in proportion to ``n_rows`` or
+    equally, and (rows,) the index of the model (in sorted client order) that drew each row."""
     clients = sorted(models)
     total = total or sum(n_rows.values())
     if allocation == "equal":
@@ -136,4 +138,4 @@ def draw_samples(models: dict[str, NGM], n_rows: dict[str, int], total: int | No
     counts = np.floor(total * weights / weights.sum()).astype(int)
     counts[: total - counts.sum()] += 1
     parts = [models[c].sample(int(k), seed=seed + i, sweeps=sweeps) for i, (c, k) in enumerate(zip(clients, counts)) if k > 0]
-    return pd.concat(parts, ignore_index=True)
+    return pd.concat(parts, ignore_index=True), np.repeat(np.arange(len(clients)), counts)
