@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from fedpgm.errors import FedpgmError
-from fedpgm.ngm.model import NGM, NGMSettings
+from fedpgm.ngm.model import NGM, NGMSettings, Teachers, hide
 
 
 def test_path_strength_off_the_graph_is_near_zero(chain_model):
@@ -89,6 +89,30 @@ def test_revealer_finds_a_numeric_chain_without_a_graph(chain):
     found = {frozenset(e) for e in model.graph.edges()}
     assert found == {frozenset(("a", "b")), frozenset(("b", "c"))}
     assert model.off_graph_share().max() < 0.5  # the revealed graph is the one the network follows
+
+
+def test_each_row_is_taught_by_its_own_teacher(chain, chain_model):
+    train, test, schema, graph = chain
+    other = NGM.fit(train.iloc[:600], schema, graph, NGMSettings(hidden=16, epochs=5, seed=4),
+                    layout=chain_model.layout)
+    layout = chain_model.layout
+    X, seen = (torch.as_tensor(a) for a in layout.encode(test.iloc[:9]))
+    inputs, hidden = hide(X, seen, layout, torch.Generator().manual_seed(0))
+    owner = np.array([0, 1, -1] * 3)
+    got = Teachers([chain_model, other], layout, owner).targets(X, torch.arange(9), inputs, hidden)
+    cols = hidden @ torch.as_tensor(layout.membership())
+    masked = inputs * (1 - cols) + torch.as_tensor(layout.means()) * cols
+    k = layout.blocks[schema.names.index("k")]
+    for row, t in enumerate(owner):
+        if t < 0:
+            torch.testing.assert_close(got[row], X[row])  # untaught: its own values
+            continue
+        with torch.no_grad():
+            want = [chain_model, other][t].net(masked[row:row + 1])[0]
+        want[k] = torch.softmax(want[k], dim=0)
+        torch.testing.assert_close(got[row], want)
+    with pytest.raises(FedpgmError, match="2 teachers need each row's teacher"):
+        Teachers([chain_model, other], layout)
 
 
 def test_soft_distillation_follows_the_teacher_closer_than_its_samples(chain, chain_model):

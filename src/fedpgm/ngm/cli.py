@@ -34,8 +34,9 @@ def fit(
     min_clients: Annotated[int, typer.Option(help="Release threshold T: clients that must contribute")] = 1,
     samples_factor: Annotated[float, typer.Option(help="Synthetic rows per client training row")] = 1.0,
     gibbs_sweeps: Annotated[int, typer.Option(help="Gibbs sweeps refining each sample")] = 0,
-    soft: Annotated[bool, typer.Option("--soft/--hard", help="Global NGM fits the client models' mean "
-                                       "predictions (soft) or the sampled values (hard)")] = False,
+    soft: Annotated[bool, typer.Option("--soft/--hard", help="Global NGM fits, on each sample, the "
+                                       "predictions of the client model that drew it (soft) or the "
+                                       "sampled values (hard)")] = False,
     epochs: Annotated[int, typer.Option(help="Most training epochs per NGM (early stopping)")] = 200,
     hidden: Annotated[int, typer.Option(help="Hidden units per layer")] = 64,
     lam: Annotated[float, typer.Option(help="Weight of the graph penalty")] = 0.1,
