@@ -50,10 +50,15 @@ def run_seed(name: str, seed: int, args) -> dict:
     for split, k in SETTINGS:
         glue = {"glue": "aligned", "clusters": 8} if split != "horizontal" else {"glue": "random", "clusters": 2}
         s = FitSettings(split=split, clients=k, partition=options(split), seed=seed, centralized=False,
-                        params={"min_instances_slice": args.min_instances, "by_label": args.by_label}, **glue)
+                        params={"min_instances_slice": args.min_instances, "by_label": args.by_label,
+                                "leaf": args.leaf}, **glue)
         _, r = run_fedpc(ds, s)
         out[f"FC[PC] {split} x{k}"] = {m: r.get(m) for m in ("accuracy", "f1", "f1_macro")} | {
             "bytes": r["bytes_up"] + r["bytes_down"], "n_params": r.get("n_params")}
+        if args.fcpc_only:
+            print(f"{name} seed {seed} {split} x{k}: FC[PC] {out[f'FC[PC] {split} x{k}']['accuracy']:.3f}",
+                  file=sys.stderr, flush=True)
+            continue
         trees_part = partition(ds, split, k, seed, **({"label_to": "all"} if split != "horizontal" else options(split)))
         with InProcessFederation(trees_part, "fedpgm.fedpc.client:HANDLERS") as fed:
             bag = fit_fcdt(fed, min_samples_leaf=5, seed=seed)
@@ -112,6 +117,9 @@ def main() -> None:
     ap.add_argument("--min-instances", type=int, default=100, help="LearnSPN min rows per slice")
     ap.add_argument("--by-label", action=argparse.BooleanOptionalAction, default=True,
                     help="FC[PC]: LearnSPN with a root sum over the label (one structure per class)")
+    ap.add_argument("--leaf", choices=["gaussian", "histogram"], default="gaussian",
+                    help="FC[PC]: LearnSPN's leaves for continuous columns")
+    ap.add_argument("--fcpc-only", action="store_true", help="only FC[PC] and the HGB reference")
     ap.add_argument("--peers", action="store_true",
                     help="also FedTree and TabNet (FedAvg, SplitNN); needs bash scripts/install_peers.sh")
     ap.add_argument("--out", default=None)
@@ -128,7 +136,7 @@ def main() -> None:
                     cell[metric] = mean_std(vals)
             table[name][method] = cell
     emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds,
-          "min_instances_slice": args.min_instances, "by_label": args.by_label, "fedavg_rounds": args.rounds,
+          "min_instances_slice": args.min_instances, "by_label": args.by_label, "leaf": args.leaf, "fedavg_rounds": args.rounds,
           "splitnn_epochs": args.epochs, "peers": args.peers, "table": table}, args.out)
     if args.out:
         bar_panels(table, Path(args.out).with_suffix(".png"), "bytes", "bytes to train (log scale)", log=True,

@@ -34,6 +34,7 @@ MIN_STD = 1e-3  # absolute floor of a continuous leaf's std
 MIN_STD_FRACTION = 0.01  # default floor relative to the column's std in the learner's data
 ALPHA = 0.1  # Laplace smoothing (pseudo-count per state or bin)
 HIST_EPS = 1e-3
+HIST_MAX_BINS = 64
 
 
 class LeafType(ABC):
@@ -274,6 +275,44 @@ class Categorical(LeafType):
             raise ValueError("categorical probabilities must be >= 0 and sum to 1")
 
 
+def histogram_edges(x: np.ndarray, w: np.ndarray, min_std: float = MIN_STD,
+                    max_bins: int = HIST_MAX_BINS) -> np.ndarray:
+    """(b+1,) increasing bin edges for values ``x`` (n,) with weights ``w`` (n,).
+
+    Aims at b = min(ceil(sqrt(n)), max_bins) bins. Each value holding at least 1/b of the
+    weight (a point mass) gets its own bin, centred on it, range / b wide or, where point masses
+    lie closer, as wide as the gap to the nearest one (unit bins on integer-coded columns); the
+    other values' weight is cut into bins of equal weight (weighted quantiles), and those inside
+    a point mass's bin count towards it. One distinct value: a bin of
+    width 2 * ``min_std``. Why not numpy's bins: equal-width bins fail on heavy-tailed columns
+    (on Adult's capital-gain, 0 in 92% of rows and up to 99,999, every value below 1,560 shares
+    one bin) and plain quantile bins collapse at a point mass, leaving a handful for the rest.
+    """
+    values, inverse = np.unique(x, return_inverse=True)
+    if len(values) == 0:
+        return np.array([0.0, 1.0])
+    if len(values) == 1:
+        return np.array([values[0] - min_std, values[0] + min_std])
+    bins = int(np.clip(np.ceil(np.sqrt(len(x))), 2, max_bins))
+    mass = np.bincount(inverse, weights=w, minlength=len(values))
+    atom = mass >= mass.sum() / bins
+    atoms = values[atom]
+    gaps = np.diff(atoms)  # atoms' bins never overlap; other values inside one count towards it
+    nearest = np.minimum(np.concatenate([[np.inf], gaps]), np.concatenate([gaps, [np.inf]]))
+    half = np.minimum(nearest, (values[-1] - values[0]) / bins) / 2
+    lo, hi = atoms - half, atoms + half
+    outer = [min(values[0], lo.min(initial=np.inf)), max(values[-1], hi.max(initial=-np.inf))]
+    edges = [lo, hi, outer]
+    rest = ~atom[inverse]
+    if rest.any() and (parts := bins - int(atom.sum())) > 1:
+        order = np.argsort(x[rest], kind="stable")
+        cum = np.cumsum(w[rest][order])
+        cuts = x[rest][order][np.searchsorted(cum, cum[-1] * np.linspace(0, 1, parts + 1)[1:-1])]
+        left = np.searchsorted(lo, cuts, side="right") - 1  # the atom bin starting left of each cut
+        edges.append(cuts[(left < 0) | (cuts >= np.append(hi, -np.inf)[left])])
+    return np.unique(np.concatenate(edges))
+
+
 @register
 class Histogram(LeafType):
     name, kinds = "histogram", ("continuous",)
@@ -281,12 +320,9 @@ class Histogram(LeafType):
     @staticmethod
     def fit(x, w, cardinality, min_std=MIN_STD):
         mean, std = weighted_mean_std(x, w, min_std)
-        lo, hi = (float(x.min()), float(x.max())) if len(x) else (0.0, 1.0)
-        if hi - lo < 1e-9:
-            lo, hi = lo - MIN_STD, hi + MIN_STD
-        bins = int(np.clip(np.ceil(np.sqrt(len(x))), 1, 64)) if len(x) else 1
-        counts, edges = np.histogram(x, bins=bins, range=(lo, hi), weights=w)
-        probs = (counts + ALPHA) / (counts.sum() + ALPHA * bins)
+        edges = histogram_edges(x, w, min_std)
+        counts, _ = np.histogram(np.clip(x, edges[0], edges[-1]), bins=edges, weights=w)
+        probs = (counts + ALPHA) / (counts.sum() + ALPHA * (len(edges) - 1))
         return {"edges": edges, "probs": probs, "mean": np.array(mean), "std": np.array(std),
                 "eps": np.array(HIST_EPS)}
 

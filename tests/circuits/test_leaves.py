@@ -1,0 +1,45 @@
+import numpy as np
+
+from fedpgm.circuits.leaves import Histogram, histogram_edges
+
+
+def test_point_masses_get_their_own_bins_and_the_rest_equal_weight_bins():
+    x = np.array([1, 2, 2, 3] + [5] * 12, dtype=float)  # 16 rows: 4 bins; 5 holds 3/4 of the weight
+    edges = histogram_edges(x, np.ones_like(x))
+    # 5's bin: range / bins (1) wide; the other 4 rows in 3
+    # equal-weight parts, whose cuts (at weights 1.33 and 2.67 of 4) both fall on the value 2
+    np.testing.assert_allclose(edges, [1.0, 2.0, 4.5, 5.5])
+    leaf = Histogram.fit(x, np.ones_like(x), 0)
+    np.testing.assert_allclose(leaf["probs"][-1], (12 + 0.1) / (16 + 0.3))  # 3 bins, 0.1 pseudo-count each
+
+
+def test_heavy_tailed_column_keeps_its_point_mass_apart():
+    """92% zeros and a long tail (Adult's capital-gain): the zeros get a bin centred on 0 and
+    range / bins wide, the tail keeps equal-weight bins of its own (quantile bins would merge
+    at the point mass and leave a handful)."""
+    rng = np.random.default_rng(0)
+    x = np.where(rng.random(5000) < 0.92, 0.0, np.round(rng.lognormal(8, 1.2, 5000)))
+    x[:3] = 99999.0
+    edges = histogram_edges(x, np.ones_like(x))
+    assert len(edges) - 1 <= 64 and np.all(np.diff(edges) > 0)
+    zero_bin = np.searchsorted(edges, 0.0, side="right") - 1
+    half = x.max() / 128  # range / 64 bins, halved
+    np.testing.assert_allclose(edges[zero_bin: zero_bin + 2], [-half, half])
+    assert len(edges) - 1 >= 40  # the tail's 8% of rows keep about 63 - (cuts inside 0's bin) bins
+    leaf = Histogram.fit(x, np.ones_like(x), 0)
+    density = leaf["probs"] / np.diff(leaf["edges"])
+    assert density[zero_bin] > 100 * density[np.searchsorted(edges, 3000) - 1]
+
+
+def test_weights_move_the_quantile_edges():
+    x = np.linspace(0, 1, 1000)
+    w = np.where(x < 0.5, 9.0, 1.0)  # 90% of the weight below 0.5
+    edges = histogram_edges(x, w, max_bins=10)
+    assert (edges < 0.5).sum() >= 8
+
+
+def test_a_single_value_gets_a_bin_as_wide_as_the_std_floor():
+    edges = histogram_edges(np.full(20, 0.37), np.ones(20), min_std=0.01)
+    np.testing.assert_allclose(edges, [0.36, 0.38])
+    leaf = Histogram.fit(np.full(20, 0.37), np.ones(20), 0, min_std=0.01)
+    np.testing.assert_allclose(leaf["probs"], [1.0])
