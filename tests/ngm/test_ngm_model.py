@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from fedpgm.errors import FedpgmError
-from fedpgm.ngm.model import NGM, NGMSettings, Teachers, hide
+from fedpgm.ngm.model import NGM, NGMSettings, Teachers, hide, step_loss
 
 
 def test_path_strength_off_the_graph_is_near_zero(chain_model):
@@ -113,6 +113,31 @@ def test_each_row_is_taught_by_its_own_teacher(chain, chain_model):
         torch.testing.assert_close(got[row], want)
     with pytest.raises(FedpgmError, match="2 teachers need each row's teacher"):
         Teachers([chain_model, other], layout)
+
+
+def test_teacher_targets_score_every_output_own_values_only_hidden_ones(chain, chain_model):
+    _, test, _, _ = chain
+    layout = chain_model.layout
+    X, seen = (torch.as_tensor(a) for a in layout.encode(test.iloc[:40]))
+    owner = np.array([0, -1] * 20)
+
+    class Spy:  # records which outputs the loss scores
+        def __init__(self):
+            self.layout = layout
+
+        def __call__(self, net, inputs, scored, target):
+            self.scored = scored
+            return torch.zeros(())
+
+    spy = Spy()
+    step_loss(chain_model.net, spy, X, seen, torch.arange(40), torch.Generator().manual_seed(3),
+              Teachers([chain_model], layout, owner))
+    _, hidden = hide(X, seen, layout, torch.Generator().manual_seed(3))  # the same draw
+    taught = torch.as_tensor(owner >= 0)
+    assert (hidden[taught] == 0).any()  # some outputs of taught rows had their inputs visible
+    seen = seen.float()
+    torch.testing.assert_close(spy.scored[taught], seen[taught])
+    torch.testing.assert_close(spy.scored[~taught], (seen * hidden)[~taught])
 
 
 def test_soft_distillation_follows_the_teacher_closer_than_its_samples(chain, chain_model):
