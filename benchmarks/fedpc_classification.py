@@ -2,8 +2,10 @@
 
 Per dataset and seed, on the same splits: FC[PC] (FedPC, p(label | features) from the joint)
 for horizontal 5/10 (iid), vertical 2/3 and hybrid 2/3 clients (label at client-0); FC[DT]
-(``fedpgm.fedpc.trees``: one decision tree per client, min_samples_leaf 5, averaged; in
-vertical and hybrid splits the label is shared with every client, since a tree needs it); FedAvg of
+(``fedpgm.fedpc.trees``: one decision tree per client, its leaf size chosen by the client's
+5-fold cross-validation; averaged over clients holding the same columns, multiplied as experts
+over disjoint ones (vertical); in vertical and hybrid splits the label is shared with every
+client, since a tree needs it); FedAvg of
 an MLP (100 rounds, horizontal) and SplitNN with an MLP per client (20 epochs, vertical),
 both through fedpgm's runtime; and scikit-learn's HistGradientBoostingClassifier on the pooled
 table as the centralized reference. With ``--peers`` (after ``bash scripts/install_peers.sh``)
@@ -48,33 +50,33 @@ def run_seed(name: str, seed: int, args) -> dict:
     truth = ds.test[ds.schema.label].to_numpy(float)
     out = {"centralized HGB": hgb(ds, truth)}
     for split, k in SETTINGS:
-        glue = {"glue": "aligned", "clusters": 8} if split != "horizontal" else {"glue": "random", "clusters": 2}
-        s = FitSettings(split=split, clients=k, partition=options(split), seed=seed, centralized=False,
-                        params={"min_instances_slice": args.min_instances, "by_label": args.by_label,
-                                "leaf": args.leaf}, **glue)
-        _, r = run_fedpc(ds, s)
-        out[f"FC[PC] {split} x{k}"] = {m: r.get(m) for m in ("accuracy", "f1", "f1_macro")} | {
-            "bytes": r["bytes_up"] + r["bytes_down"], "n_params": r.get("n_params")}
-        if args.fcpc_only:
-            print(f"{name} seed {seed} {split} x{k}: FC[PC] {out[f'FC[PC] {split} x{k}']['accuracy']:.3f}",
-                  file=sys.stderr, flush=True)
-            continue
-        trees_part = partition(ds, split, k, seed, **({"label_to": "all"} if split != "horizontal" else options(split)))
-        with InProcessFederation(trees_part, "fedpgm.fedpc.client:HANDLERS") as fed:
-            bag = fit_fcdt(fed, min_samples_leaf=5, seed=seed)
-        comm = bag.info["communication"]
-        out[f"FC[DT] {split} x{k}"] = classification(bag.predict_proba(ds.test), truth) | {
-            "bytes": comm["bytes_up"] + comm["bytes_down"]}
-        part = partition(ds, split, k, seed, **options(split))
         t0 = time.perf_counter()
-        if split == "horizontal":
+        if "fcpc" in args.methods:
+            glue = {"glue": "aligned", "clusters": 8} if split != "horizontal" else {"glue": "random", "clusters": 2}
+            s = FitSettings(split=split, clients=k, partition=options(split), seed=seed, centralized=False,
+                            params={"min_instances_slice": args.min_instances, "by_label": args.by_label,
+                                    "leaf": args.leaf}, **glue)
+            _, r = run_fedpc(ds, s)
+            out[f"FC[PC] {split} x{k}"] = {m: r.get(m) for m in ("accuracy", "f1", "f1_macro")} | {
+                "bytes": r["bytes_up"] + r["bytes_down"], "n_params": r.get("n_params")}
+        if "fcdt" in args.methods:
+            trees_part = partition(ds, split, k, seed,
+                                   **({"label_to": "all"} if split != "horizontal" else options(split)))
+            with InProcessFederation(trees_part, "fedpgm.fedpc.client:HANDLERS") as fed:
+                bag = fit_fcdt(fed, seed=seed, combine=args.tree_root)
+            comm = bag.info["communication"]
+            out[f"FC[DT] {split} x{k}"] = classification(bag.predict_proba(ds.test), truth) | {
+                "bytes": comm["bytes_up"] + comm["bytes_down"], "root": bag.combine,
+                "min_samples_leaf": bag.info["min_samples_leaf"]}
+        part = partition(ds, split, k, seed, **options(split))
+        if "baselines" in args.methods and split == "horizontal":
             with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS") as fed:
                 res = fedavg(fed, rounds=args.rounds, seed=seed)
             m = classification(predict_proba(res, ds.test), truth)
             size = sum(v.size for v in get_weights(res["model"]).values())
             out[f"FedAvg MLP {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]
                                                   + res["communication"]["bytes_down"], "n_params": size}
-        elif split == "vertical":
+        elif "baselines" in args.methods and split == "vertical":
             with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS") as fed:
                 res = splitnn(fed, epochs=args.epochs, seed=seed)
             m = classification(res["test_proba"], res["test_labels"].astype(float))
@@ -82,9 +84,9 @@ def run_seed(name: str, seed: int, args) -> dict:
                                                    + res["communication"]["bytes_down"]}
         if args.peers and split != "hybrid":
             out |= peers(ds, part, split, k, seed, truth)
-        print(f"{name} seed {seed} {split} x{k}: FC[PC] {out[f'FC[PC] {split} x{k}']['accuracy']:.3f} "
-              f"FC[DT] {out[f'FC[DT] {split} x{k}']['accuracy']:.3f} "
-              f"({time.perf_counter() - t0:.0f} s baseline)", file=sys.stderr, flush=True)
+        done = {m: v["accuracy"] for m, v in out.items() if m.endswith(f"{split} x{k}")}
+        print(f"{name} seed {seed} {split} x{k}: " + ", ".join(f"{m.split()[0]} {a:.3f}" for m, a in done.items())
+              + f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     return out
 
 
@@ -119,7 +121,10 @@ def main() -> None:
                     help="FC[PC]: LearnSPN with a root sum over the label (one structure per class)")
     ap.add_argument("--leaf", choices=["gaussian", "histogram"], default="gaussian",
                     help="FC[PC]: LearnSPN's leaves for continuous columns")
-    ap.add_argument("--fcpc-only", action="store_true", help="only FC[PC] and the HGB reference")
+    ap.add_argument("--methods", nargs="+", choices=["fcpc", "fcdt", "baselines"], default=["fcpc", "fcdt", "baselines"],
+                    help="FC[PC], FC[DT], and FedAvg/SplitNN with MLPs (HGB always runs)")
+    ap.add_argument("--tree-root", choices=["auto", "mean", "product"], default="auto",
+                    help="FC[DT]'s root: auto = product over disjoint columns (vertical), else mean")
     ap.add_argument("--peers", action="store_true",
                     help="also FedTree and TabNet (FedAvg, SplitNN); needs bash scripts/install_peers.sh")
     ap.add_argument("--out", default=None)
@@ -132,11 +137,13 @@ def main() -> None:
             cell = {}
             for metric in runs[0][method]:
                 vals = [r[method][metric] for r in runs if r[method].get(metric) is not None]
-                if vals:
-                    cell[metric] = mean_std(vals)
+                if vals:  # numbers: mean +- std; settings (the tree root, leaf sizes): per seed
+                    numeric = all(isinstance(v, (int, float)) for v in vals)
+                    cell[metric] = mean_std(vals) if numeric else vals
             table[name][method] = cell
     emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds,
-          "min_instances_slice": args.min_instances, "by_label": args.by_label, "leaf": args.leaf, "fedavg_rounds": args.rounds,
+          "min_instances_slice": args.min_instances, "by_label": args.by_label, "leaf": args.leaf,
+          "tree_root": args.tree_root, "methods": args.methods, "fedavg_rounds": args.rounds,
           "splitnn_epochs": args.epochs, "peers": args.peers, "table": table}, args.out)
     if args.out:
         bar_panels(table, Path(args.out).with_suffix(".png"), "bytes", "bytes to train (log scale)", log=True,

@@ -8,7 +8,7 @@ from sklearn.tree import DecisionTreeClassifier
 from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation, PrivacyAudit
-from fedpgm.fedpc.trees import Tree, TreeBagging, fit_fcdt
+from fedpgm.fedpc.trees import LEAF_SIZES, PRIOR_MIX, Tree, TreeBagging, choose_min_samples_leaf, fit_fcdt
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 
@@ -61,6 +61,49 @@ def test_vertical_needs_the_label_at_the_clients_that_grow_trees(cancer):
     assert list(one.trees) == ["client-1"]
     accuracy = float((model.predict(cancer.test) == cancer.test[cancer.schema.label].to_numpy()).mean())
     assert accuracy > 0.9
+
+
+def test_vertical_root_multiplies_the_client_trees_as_experts(cancer):
+    part = partition(cancer, "vertical", 3, seed=0, label_to="all")
+    model = run(part, min_samples_leaf=10)
+    assert model.combine == "product" and model.info["combine"] == "product"
+    prior = np.bincount(cancer.labels("train")) / len(cancer.train)
+    logp = np.log(prior) + sum(
+        np.log((1 - PRIOR_MIX) * Tree.fit(c.train, c.schema, None, 10, 0).predict_proba(
+            cancer.test[c.schema.feature_names].to_numpy(dtype=float)) + PRIOR_MIX * prior) - np.log(prior)
+        for c in part.clients)
+    by_hand = np.exp(logp) / np.exp(logp).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(model.predict_proba(cancer.test), by_hand, atol=1e-12)
+    mean = run(part, min_samples_leaf=10, combine="mean")
+    assert mean.combine == "mean" and not np.allclose(mean.predict_proba(cancer.test), by_hand)
+    hybrid = run(partition(cancer, "hybrid", 2, seed=0, label_to="all"), min_samples_leaf=10)
+    assert hybrid.combine == "mean"  # shared columns: experts would count their evidence twice
+    with pytest.raises(FedpgmError, match="unknown FC\\[DT\\] root 'vote'"):
+        run(part, combine="vote")
+
+
+def test_each_client_picks_its_leaf_size_by_cross_validation():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 3))
+    clean = (X[:, 0] + X[:, 1] > 0).astype(int)
+    noisy = np.where(rng.random(3000) < 0.3, 1 - clean, clean)  # 30% of labels flipped
+    chosen_noisy = choose_min_samples_leaf(X, noisy, None, 0)
+    chosen_clean = choose_min_samples_leaf(X, clean, None, 0)
+    print("leaf size chosen: noisy labels", chosen_noisy, "clean labels", chosen_clean)
+    assert chosen_noisy in LEAF_SIZES and chosen_noisy >= 50  # deep trees overfit the flips
+    assert chosen_clean < chosen_noisy
+    assert choose_min_samples_leaf(X[:30], clean[:30], None, 0) == 3  # at most a tenth of the rows
+
+
+def test_leaf_size_follows_the_root(cancer):
+    """Bagging (mean root) keeps deep trees; experts (product root) pick calibrated leaves."""
+    mean = run(partition(cancer, "horizontal", 2, seed=0))
+    assert mean.combine == "mean" and set(mean.info["min_samples_leaf"].values()) == {5}
+    product = run(partition(cancer, "vertical", 2, seed=0, label_to="all"))
+    chosen = product.info["min_samples_leaf"]
+    print("cross-validated leaf sizes", chosen)
+    assert product.combine == "product" and sorted(chosen) == ["client-0", "client-1"]
+    assert all(v in {min(s, len(cancer.train) // 10) for s in LEAF_SIZES} for v in chosen.values())
 
 
 def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):

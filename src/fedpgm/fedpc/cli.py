@@ -45,9 +45,13 @@ def fit(
                                            "each row's cluster index, not its data)")] = "random",
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
     learner: Annotated[str, typer.Option(help="local learner: learnspn, ratspn, or tree (FC[DT]: a decision "
-                                              "tree per labelled client under an averaging root)")] = "learnspn",
+                                              "tree per labelled client under one root)")] = "learnspn",
     max_depth: Annotated[Optional[int], typer.Option(help="tree: maximum depth (default: unlimited)")] = None,
-    min_leaf: Annotated[int, typer.Option(help="tree: min rows per leaf")] = 5,
+    min_leaf: Annotated[Optional[int], typer.Option(help="tree: min rows per leaf (default: 5 under a mean "
+                                                         "root; each client's cross-validated choice under a "
+                                                         "product root)")] = None,
+    tree_root: Annotated[str, typer.Option(help="tree: auto (product over disjoint columns, else mean), "
+                                                "mean (the paper's bagging) or product")] = "auto",
     min_instances: Annotated[int, typer.Option(help="LearnSPN: min rows per slice")] = 100,
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram")] = "gaussian",
@@ -78,7 +82,7 @@ def fit(
                           "the clients, so use --placement server to save one")
     params = {"learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf,
                            "by_label": by_label},
-              "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf}}.get(
+              "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root}}.get(
                   learner, {"leaf": leaf, "em_iterations": em_iterations})
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,

@@ -160,7 +160,8 @@ def fit_tree(request: Message, ctx: ClientContext) -> Message:
     if schema.label is None:
         raise FedpgmError(f"client '{ctx.client_id}' holds no label; it cannot fit an FC[DT] tree")
     start = time.process_time()
-    tree = Tree.fit(ctx.data.train, schema, cfg["max_depth"], int(cfg["min_samples_leaf"]), int(cfg["seed"]))
+    leaf = cfg.get("min_samples_leaf")
+    tree = Tree.fit(ctx.data.train, schema, cfg["max_depth"], None if leaf is None else int(leaf), int(cfg["seed"]))
     msg = tree.to_message()
     msg.config["seconds"] = time.process_time() - start
     return msg

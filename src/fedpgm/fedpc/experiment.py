@@ -168,7 +168,7 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
 
 def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) -> tuple[TreeBagging, dict]:
     """FC[DT] (``fedpgm.fedpc.trees``) on the same partition; ``settings.params`` may hold
-    ``max_depth`` and ``min_samples_leaf``. A classifier: the report has no log-likelihoods."""
+    ``max_depth``, ``min_samples_leaf`` and ``combine``. A classifier: the report has no log-likelihoods."""
     if ds.schema.label is None:
         raise FedpgmError(f"FC[DT] is a classifier; {ds.name} has no label (choose one with --label)")
     if settings.backend != "inprocess":
@@ -176,8 +176,8 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     wall = time.perf_counter()
     with InProcessFederation(part, HANDLERS) as fed:
-        model = fit_fcdt(fed, settings.params.get("max_depth"), int(settings.params.get("min_samples_leaf", 5)),
-                         settings.seed)
+        model = fit_fcdt(fed, settings.params.get("max_depth"), settings.params.get("min_samples_leaf"),
+                         settings.seed, settings.params.get("combine", "auto"))
     wall = time.perf_counter() - wall
     if out is not None:
         model.save(out)
@@ -188,7 +188,8 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
               **classification(model.predict_proba(ds.test), ds.test[label].to_numpy(dtype=float)),
               "train_seconds": model.info["train_seconds"], "federated_wall_seconds": wall,
               "critical_path_seconds": model.info["critical_path_seconds"],
-              "clients_with_trees": model.info["clients_with_trees"], "bytes_up": comm["bytes_up"],
+              "clients_with_trees": model.info["clients_with_trees"], "combine": model.combine,
+              "min_samples_leaf": model.info["min_samples_leaf"], "bytes_up": comm["bytes_up"],
               "bytes_down": comm["bytes_down"], "messages": comm["messages"], "rounds": comm["rounds"],
               "n_train": len(ds.train), "n_test": len(ds.test)}
     return model, report
