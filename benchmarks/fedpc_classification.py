@@ -11,8 +11,9 @@ both through fedpgm's runtime; and scikit-learn's HistGradientBoostingClassifier
 table as the centralized reference. With ``--peers`` (after ``bash scripts/install_peers.sh``)
 also the paper's peers: FedTree (horizontal 5/10, vertical 2/3; it splits the pooled table
 itself and does not support hybrid federations), FedAvg of TabNet (20 rounds) and SplitNN with a
-TabNet per client (20 epochs). Accuracy, F1 of the positive class, macro-F1 and measured
-bytes; mean +- std over seeds. Writes a PNG of bytes beside the JSON.
+TabNet per client (20 epochs). ``--methods`` picks a subset (credit: ``fcpc fcdt fedtree``,
+since SplitNN's 20 epochs over 120,000 rows take hours here). Accuracy, F1 of the positive
+class, macro-F1 and measured bytes; mean +- std over seeds. Writes a PNG of bytes beside the JSON.
 
     python benchmarks/fedpc_classification.py --datasets breast_cancer --min-instances 20 \
         --seeds 3 --out docs/fedpc_classification_cancer.json
@@ -69,31 +70,33 @@ def run_seed(name: str, seed: int, args) -> dict:
                 "bytes": comm["bytes_up"] + comm["bytes_down"], "root": bag.combine,
                 "min_samples_leaf": bag.info["min_samples_leaf"]}
         part = partition(ds, split, k, seed, **options(split))
-        if "baselines" in args.methods and split == "horizontal":
+        if "mlp" in args.methods and split == "horizontal":
             with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS") as fed:
                 res = fedavg(fed, rounds=args.rounds, seed=seed)
             m = classification(predict_proba(res, ds.test), truth)
             size = sum(v.size for v in get_weights(res["model"]).values())
             out[f"FedAvg MLP {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]
                                                   + res["communication"]["bytes_down"], "n_params": size}
-        elif "baselines" in args.methods and split == "vertical":
+        elif "mlp" in args.methods and split == "vertical":
             with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS") as fed:
                 res = splitnn(fed, epochs=args.epochs, seed=seed)
             m = classification(res["test_proba"], res["test_labels"].astype(float))
             out[f"SplitNN MLP {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]
                                                    + res["communication"]["bytes_down"]}
-        if args.peers and split != "hybrid":
-            out |= peers(ds, part, split, k, seed, truth)
+        if "fedtree" in args.methods and split != "hybrid":
+            proba, seconds = fedtree_proba(ds.train, ds.test, ds.schema, split, k, seed)
+            out[f"FedTree {split} x{k}"] = classification(proba, truth) | {"train_seconds": seconds}
+        if "tabnet" in args.methods and split != "hybrid":
+            out |= tabnet(ds, part, split, k, seed, truth)
         done = {m: v["accuracy"] for m, v in out.items() if m.endswith(f"{split} x{k}")}
         print(f"{name} seed {seed} {split} x{k}: " + ", ".join(f"{m.split()[0]} {a:.3f}" for m, a in done.items())
               + f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     return out
 
 
-def peers(ds, part, split: str, k: int, seed: int, truth) -> dict:
-    """FedTree and the TabNet baselines (FedAvg horizontal, SplitNN vertical) on one setting."""
-    proba, seconds = fedtree_proba(ds.train, ds.test, ds.schema, split, k, seed)
-    out = {f"FedTree {split} x{k}": classification(proba, truth) | {"train_seconds": seconds}}
+def tabnet(ds, part, split: str, k: int, seed: int, truth) -> dict:
+    """The TabNet baselines (FedAvg horizontal, SplitNN vertical) on one setting."""
+    out = {}
     if split == "horizontal":
         with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS") as fed:
             res = fedavg(fed, rounds=20, lr=2e-2, batch_size=32 if len(ds.train) < 5000 else 1024, seed=seed,
@@ -121,14 +124,17 @@ def main() -> None:
                     help="FC[PC]: LearnSPN with a root sum over the label (one structure per class)")
     ap.add_argument("--leaf", choices=["gaussian", "histogram"], default="gaussian",
                     help="FC[PC]: LearnSPN's leaves for continuous columns")
-    ap.add_argument("--methods", nargs="+", choices=["fcpc", "fcdt", "baselines"], default=["fcpc", "fcdt", "baselines"],
-                    help="FC[PC], FC[DT], and FedAvg/SplitNN with MLPs (HGB always runs)")
+    ap.add_argument("--methods", nargs="+", choices=["fcpc", "fcdt", "mlp", "fedtree", "tabnet"],
+                    default=["fcpc", "fcdt", "mlp"],
+                    help="FC[PC], FC[DT], FedAvg/SplitNN with MLPs, FedTree, FedAvg/SplitNN with TabNet "
+                         "(HGB always runs; the last two need bash scripts/install_peers.sh)")
     ap.add_argument("--tree-root", choices=["auto", "mean", "product"], default="auto",
                     help="FC[DT]'s root: auto = product over disjoint columns (vertical), else mean")
-    ap.add_argument("--peers", action="store_true",
-                    help="also FedTree and TabNet (FedAvg, SplitNN); needs bash scripts/install_peers.sh")
+    ap.add_argument("--peers", action="store_true", help="shorthand for adding fedtree and tabnet to --methods")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.peers:
+        args.methods = list(dict.fromkeys(args.methods + ["fedtree", "tabnet"]))
     table = {}
     for name in args.datasets.split(","):
         runs = [run_seed(name, seed, args) for seed in range(args.seeds)]
@@ -144,7 +150,7 @@ def main() -> None:
     emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds,
           "min_instances_slice": args.min_instances, "by_label": args.by_label, "leaf": args.leaf,
           "tree_root": args.tree_root, "methods": args.methods, "fedavg_rounds": args.rounds,
-          "splitnn_epochs": args.epochs, "peers": args.peers, "table": table}, args.out)
+          "splitnn_epochs": args.epochs, "table": table}, args.out)
     if args.out:
         bar_panels(table, Path(args.out).with_suffix(".png"), "bytes", "bytes to train (log scale)", log=True,
                    color=lambda k: "tab:blue" if k.startswith("FC") else "tab:orange")
