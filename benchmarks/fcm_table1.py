@@ -4,7 +4,9 @@ along ground-truth interventions at increasing depths, per network x model x reg
 Each cell runs ``fedpgm.concepts.experiment.run_fcm`` (20 clients, 10 per round, the late half
 joining at round 10 for asia/sachs and 20 otherwise, up to 200 rounds, 2 local epochs, Adam,
 batch 512, early stopping with patience 10) for each seed; mean +- std and wall seconds.
-The data of a network and seed is generated once and shared by all its cells. PNGs beside the
+The data of a network and seed is generated once and shared by all its cells; ``bayes_ceiling``
+is the task accuracy of the Bayes-optimal classifier given every concept's true value
+(``fedpgm.concepts.data.bayes_task_accuracy``), a ceiling for every cell. PNGs beside the
 JSON: task accuracy bars (Table 1) and label accuracy vs intervention depth (Fig. 2).
 
     python benchmarks/fcm_table1.py --networks asia sachs --seeds 1 --out docs/fcm_table1.json
@@ -20,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import bar_panels, emit, mean_std  # noqa: E402
 
-from fedpgm.concepts.data import make_concept_data  # noqa: E402
+from fedpgm.concepts.data import bayes_task_accuracy, make_concept_data  # noqa: E402
 from fedpgm.concepts.experiment import FCMSettings, run_fcm  # noqa: E402
 from fedpgm.concepts.federation import RoundSettings  # noqa: E402
 from fedpgm.concepts.models import KINDS  # noqa: E402
@@ -52,10 +54,12 @@ def main() -> None:
         return
     runs: dict = {}
     curves: dict = {}
+    ceilings: dict = {}
     for net in args.networks:
         join = 10 if net in ("asia", "sachs") else 20
         for seed in range(args.seeds):
             data = make_concept_data(net, seed=seed)
+            ceilings.setdefault(net, []).append(bayes_task_accuracy(data))
             for kind in args.models:
                 for regime in args.regimes:
                     if kind == "opaque" and regime in ("static",):
@@ -73,6 +77,7 @@ def main() -> None:
              for net, cells in runs.items()}
     interventions = {net: {cell: mean_curve(runs_) for cell, runs_ in cells.items()} for net, cells in curves.items()}
     emit({"benchmark": "fcm_table1", "seeds": args.seeds, "rounds": args.rounds, "table": table,
+          "bayes_ceiling": {net: mean_std(v) for net, v in ceilings.items()},
           "targets": targets(table), "interventions": interventions}, args.out)
     if args.out:
         bar_panels(table, Path(args.out).with_suffix(".png"), "task_accuracy", "task accuracy")

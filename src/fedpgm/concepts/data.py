@@ -98,3 +98,32 @@ def make_concept_data(network: str, task: str | None = None, rows: int | None = 
     split = rng.choice(3, size=len(codes), p=[0.7, 0.1, 0.2])
     return ConceptData(network, task, nodes, cards, {n: ds.schema[n].categories for n in nodes},
                        codes, z.astype(np.float32), split, ds.graph)
+
+
+def bayes_task_accuracy(data: ConceptData, part: int = 2) -> float:
+    """Task accuracy of the Bayes-optimal classifier that sees every concept's true value, on a
+    part of the split (default: test): argmax_t p(t | Markov blanket) with the network's own
+    CPDs, p(t | mb) proportional to p(t | pa(t)) prod_{c child of t} p(c | pa(c)).
+
+    A ceiling for any concept-based model on ``data``: its inputs carry the concepts only
+    partly, so no model of them can beat it in expectation.
+    """
+    from fedpgm.data.bayesnet import read_network
+
+    model = read_network(data.network)
+    rows = data.part(part)
+    column = {n: data.codes[rows, i] for i, n in enumerate(data.nodes)}
+    t = data.task
+    score = np.zeros((len(rows), data.cards[t]))
+    for node in [t, *model.get_children(t)]:
+        cpd = model.get_cpds(node)
+        for k, state in enumerate(data.states[t]):
+            index = []
+            for v in cpd.variables:  # the CPD's own state order may differ from our codes
+                order = list(cpd.state_names[v])
+                if v == t:
+                    index.append(np.full(len(rows), order.index(state)))
+                else:
+                    index.append(np.array([order.index(s) for s in data.states[v]])[column[v]])
+            score[:, k] += np.log(cpd.values[tuple(index)] + 1e-300)
+    return float((score.argmax(axis=1) == column[t]).mean())
