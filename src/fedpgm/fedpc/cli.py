@@ -93,7 +93,8 @@ def fit(
         from fedpgm.fedpc.experiment import run_fcdt
 
         _, report = run_fcdt(ds, settings, out)
-        console.print(summary_line(report) + f"; trees from {report['clients_with_trees']}")
+        console.print(summary_line(report) + f"; {report['combine']} root over the trees of "
+                                             f"{report['clients_with_trees']}")
         if out is not None:
             console.print(f"saved the model to {out}")
         if json_out is not None:
