@@ -239,11 +239,18 @@ class ConceptModel(nn.Module):
         h = self.encoder(x)
         col = {n: i for i, n in enumerate(columns or [])}
         logits, values = {}, {}
+        # CEM's concept embeddings read only h, so the shared scorer scores them all in one call:
+        # Opacus hooks every call of a module for per-sample gradients, and one call per concept,
+        # some not reaching the loss (concepts a client does not label), left them unset
+        if self.kind == "cem":
+            concepts = [n for n in self.order() if n != self.task]
+            embedding = {n: self.nodes[key(n)](h).view(-1, self.cards[n], self.emb) for n in concepts}
+            scores = self.scorer(torch.cat([embedding[n] for n in concepts], dim=1)).squeeze(-1)
+            scored = dict(zip(concepts, scores.split([self.cards[n] for n in concepts], dim=1)))
         for node in self.order():
             module = self.nodes[key(node)]
             if self.kind == "cem" and node != self.task:
-                e = module(h).view(-1, self.cards[node], self.emb)  # (rows, card, emb)
-                out = self.scorer(e).squeeze(-1)
+                e, out = embedding[node], scored[node]  # (rows, card, emb), (rows, card)
             else:
                 srcs = {key(s): values[s] for s in self.sources_of(node)}
                 out = module(h, srcs)
