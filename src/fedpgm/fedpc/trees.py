@@ -153,7 +153,7 @@ class TreeBagging:
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         """(rows, K) class probabilities; ``frame`` needs every column a tree splits on."""
         total = sum(t.weight for t in self.trees.values())
-        prior = sum(t.weight / total * t.proba[0] for t in self.trees.values())  # (K,) root frequencies
+        prior = np.maximum(sum(t.weight / total * t.proba[0] for t in self.trees.values()), 1e-12)  # (K,)
         out = np.zeros((len(frame), len(self.classes)))
         for client, t in self.trees.items():
             missing = [c for c in t.columns if c not in frame.columns]
