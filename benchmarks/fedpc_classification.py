@@ -2,10 +2,10 @@
 
 Per dataset and seed, on the same splits: FC[PC] (FedPC, p(label | features) from the joint)
 for horizontal 5/10 (iid), vertical 2/3 and hybrid 2/3 clients (label at client-0); FC[DT]
-(``fedpgm.fedpc.trees``: one decision tree per client, its leaf size chosen by the client's
-5-fold cross-validation; averaged over clients holding the same columns, multiplied as experts
-over disjoint ones (vertical); in vertical and hybrid splits the label is shared with every
-client, since a tree needs it); FedAvg of
+(``fedpgm.fedpc.trees``: one decision tree per client; averaged over clients holding the same
+columns, with leaves of at least 5 rows, multiplied as experts over disjoint ones (vertical),
+each client choosing its leaf size by 5-fold cross-validation; in vertical and hybrid splits the
+label is shared with every client, since a tree needs it); FedAvg of
 an MLP (100 rounds, horizontal) and SplitNN with an MLP per client (20 epochs, vertical),
 both through fedpgm's runtime; and scikit-learn's HistGradientBoostingClassifier on the pooled
 table as the centralized reference. With ``--peers`` (after ``bash scripts/install_peers.sh``)

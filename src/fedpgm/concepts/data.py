@@ -117,13 +117,11 @@ def bayes_task_accuracy(data: ConceptData, part: int = 2) -> float:
     score = np.zeros((len(rows), data.cards[t]))
     for node in [t, *model.get_children(t)]:
         cpd = model.get_cpds(node)
+        # our codes -> the CPD's own state order, which may differ; the task's axis varies below
+        index = [np.array([list(cpd.state_names[v]).index(s) for s in data.states[v]])[column[v]]
+                 for v in cpd.variables]
+        axis = cpd.variables.index(t)
         for k, state in enumerate(data.states[t]):
-            index = []
-            for v in cpd.variables:  # the CPD's own state order may differ from our codes
-                order = list(cpd.state_names[v])
-                if v == t:
-                    index.append(np.full(len(rows), order.index(state)))
-                else:
-                    index.append(np.array([order.index(s) for s in data.states[v]])[column[v]])
+            index[axis] = np.full(len(rows), list(cpd.state_names[t]).index(state))
             score[:, k] += np.log(cpd.values[tuple(index)] + 1e-300)
     return float((score.argmax(axis=1) == column[t]).mean())
