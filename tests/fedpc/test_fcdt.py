@@ -126,6 +126,12 @@ def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):
         TreeBagging.load(tmp_path / "m")
     with pytest.raises(FedpgmError, match="not an FC\\[DT\\] model folder"):
         TreeBagging.load(tmp_path / "nothing")
+    model.save(tmp_path / "r")
+    meta = json.loads((tmp_path / "r" / "trees.json").read_text())
+    meta["combine"] = "vote"
+    (tmp_path / "r" / "trees.json").write_text(json.dumps(meta))
+    with pytest.raises(FedpgmError, match="trees.json: unknown FC\\[DT\\] root 'vote'"):
+        TreeBagging.load(tmp_path / "r")
 
 
 def test_no_label_anywhere_is_refused(cancer):

@@ -206,7 +206,10 @@ class TreeBagging:
             if trees[entry["client"]].proba.shape[1] != len(meta["classes"]):
                 raise FedpgmError(f"{folder}, tree {i}: {trees[entry['client']].proba.shape[1]} classes, "
                                   f"the model has {len(meta['classes'])}")
-        return TreeBagging(trees, meta["label"], meta["classes"], meta.get("info"), meta.get("combine", "mean"))
+        combine = meta.get("combine", "mean")  # files written before the product root: mean
+        if combine not in COMBINES[1:]:
+            raise FedpgmError(f"{folder}/trees.json: unknown FC[DT] root {combine!r}; expected mean or product")
+        return TreeBagging(trees, meta["label"], meta["classes"], meta.get("info"), combine)
 
 
 def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: int | None = None,
