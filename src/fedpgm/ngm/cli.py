@@ -10,6 +10,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from fedpgm.cli_common import DataDir, Seed, console, write_table
 from fedpgm.errors import FedpgmError
+from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 
 ngm_app = typer.Typer(no_args_is_help=True, help="Federated neural graphical models (FedNGM): merged "
                       "graphs, a global NGM distilled from client samples, per-client stitching.")
@@ -32,11 +33,11 @@ def fit(
     graph: Annotated[str, typer.Option(help="glasso, bn (pgmpy, moralised) or ngr (revealed)")] = "glasso",
     sparsity: Annotated[float, typer.Option(help="Fraction of feature pairs kept as edges")] = 0.25,
     min_clients: Annotated[int, typer.Option(help="Release threshold T: clients that must contribute")] = 1,
-    samples_factor: Annotated[float, typer.Option(help="Synthetic rows per client training row")] = 1.0,
+    samples_factor: Annotated[float, typer.Option(help="Synthetic rows per client training row")] = SAMPLES_FACTOR,
     gibbs_sweeps: Annotated[int, typer.Option(help="Gibbs sweeps refining each sample")] = 0,
     soft: Annotated[bool, typer.Option("--soft/--hard", help="Global NGM fits, on each sample, the "
                                        "predictions of the client model that drew it (soft) or the "
-                                       "sampled values (hard)")] = False,
+                                       "sampled values (hard)")] = SOFT_TARGETS,
     epochs: Annotated[int, typer.Option(help="Most training epochs per NGM (early stopping)")] = 200,
     hidden: Annotated[int, typer.Option(help="Hidden units per layer")] = 64,
     lam: Annotated[float, typer.Option(help="Weight of the graph penalty")] = 0.1,

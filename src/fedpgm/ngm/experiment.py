@@ -30,6 +30,7 @@ from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.federation.privacy import PrivacyAudit
+from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 from fedpgm.ngm.graph import plot_graphs
 from fedpgm.ngm.metrics import target_metrics
 from fedpgm.ngm.model import NGM, NGMSettings
@@ -56,9 +57,9 @@ class ExperimentSettings:
     sparsity: float = 0.25
     min_clients: int = 1
     allocation: str = "proportional"
-    samples_factor: float = 1.0  # synthetic rows = factor x the clients' training rows
+    samples_factor: float = SAMPLES_FACTOR  # synthetic rows = factor x the clients' training rows
     gibbs_sweeps: int = 0
-    soft_targets: bool = False
+    soft_targets: bool = SOFT_TARGETS
     ngm: NGMSettings = field(default_factory=NGMSettings)
     seed: int = 0
     data_dir: str | None = None

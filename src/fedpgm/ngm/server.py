@@ -29,6 +29,7 @@ from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.ngm.client import model_message, model_of
+from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 from fedpgm.ngm.graph import GRAPH_METHODS, common_features, from_edges, merge_graphs
 from fedpgm.ngm.model import NGM, NGMSettings
 
@@ -61,9 +62,9 @@ def check_settings(n_clients: int, min_clients: int, graph_method: str, allocati
 def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 0.25,
                settings: NGMSettings | None = None, min_clients: int = 1, samples: int | None = None,
                allocation: str = "proportional", public: pd.DataFrame | None = None,
-               seed: int = 0, sweeps: int = 0, soft: bool = False) -> FedNGMResult:
-    """Steps 1-6 of the module doc. ``samples``: total synthetic rows (default: the clients'
-    total rows); ``public``: extra rows of the shared features for the global model."""
+               seed: int = 0, sweeps: int = 0, soft: bool = SOFT_TARGETS) -> FedNGMResult:
+    """Steps 1-6 of the module doc. ``samples``: total synthetic rows (default: ``SAMPLES_FACTOR``
+    times the clients' total rows); ``public``: extra rows of the shared features for the global model."""
     settings = settings or NGMSettings(seed=seed)
     check_settings(len(fed.clients), min_clients, graph_method, allocation)
     wall = time.perf_counter()
@@ -110,7 +111,7 @@ def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 
 def distil(models: dict[str, NGM], n_rows: dict[str, int], merged: nx.Graph, settings: NGMSettings,
            samples: int | None = None, allocation: str = "proportional",
            public: pd.DataFrame | None = None, seed: int = 0, sweeps: int = 0,
-           soft: bool = False) -> tuple[NGM, dict]:
+           soft: bool = SOFT_TARGETS) -> tuple[NGM, dict]:
     """The global NGM trained on samples of the client ``models`` (plus ``public`` rows) under
     the ``merged`` graph, and the row counts it saw. ``soft``: on each synthetic row its fit
     targets are the predictions of the client model that drew the row, for the same inputs
@@ -130,7 +131,7 @@ def draw_samples(models: dict[str, NGM], n_rows: dict[str, int], total: int | No
     """Samples from each client model: ``total`` rows split in proportion to ``n_rows`` or
     equally, and (rows,) the index of the model (in sorted client order) that drew each row."""
     clients = sorted(models)
-    total = total or sum(n_rows.values())
+    total = total or int(SAMPLES_FACTOR * sum(n_rows.values()))
     if allocation == "equal":
         weights = np.ones(len(clients))
     else:
