@@ -74,6 +74,22 @@ def test_ratspn_minibatch_em_learns(mixed):
     assert (model.predict(mixed.test) == mixed.labels("test")).mean() > 0.6
 
 
+def test_ratspn_restarts_keep_the_best_initialisation(mixed):
+    small = dict(depth=2, repetitions=2, n_sums=2, n_inputs=2, em_iterations=4)
+    singles = [RatSPN(seed=s, **small).fit(mixed.train, mixed.schema) for s in (0, 1, 2)]
+    fits = [m.train_loglik_ for m in singles]
+    print("training log-likelihood per initialisation", np.round(fits, 4))
+    assert max(fits) - min(fits) > 1e-3  # the initialisations do end apart
+    best = RatSPN(seed=0, restarts=3, **small).fit(mixed.train, mixed.schema)
+    assert best.train_loglik_ == pytest.approx(max(fits), abs=1e-9)
+    winner = singles[int(np.argmax(fits))]
+    assert winner is not singles[0]  # here a later initialisation wins
+    np.testing.assert_allclose(best.log_likelihood(mixed.test), winner.log_likelihood(mixed.test), atol=1e-9)
+    assert best.train_loglik_ == pytest.approx(best.score(mixed.train), abs=1e-9)
+    with pytest.raises(FedpgmError, match="restarts must be >= 1"):
+        RatSPN(restarts=0).fit(mixed.train, mixed.schema)
+
+
 def test_estimator_api(mixed):
     model = LearnSPN(min_instances_slice=200, seed=3)
     assert model.get_params() == {"min_instances_slice": 200, "threshold": 0.3, "leaf": "gaussian", "seed": 3,

@@ -32,7 +32,8 @@ def test_bad_input_exits_2_and_writes_nothing(cli, tmp_path):
     for args, message in ((("--split", "diagonal"), "split"),
                           (("--split", "vertical", "--placement", "split", "--out", tmp_path / "m"), "--placement server"),
                           (("--split", "vertical", "--clusters", "100000"), "clusters requested"),
-                          (("--split", "vertical", "--glue", "magic"), "unknown glue")):
+                          (("--split", "vertical", "--glue", "magic"), "unknown glue"),
+                          (("--split", "vertical", "--learner", "ratspn", "--restarts", "0"), "--restarts must be >= 1")):
         code, _, err = cli("fedpc", "fit", "wine", "--clients", "2", *args, "--json", tmp_path / "r.json")
         assert code == 2 and err.startswith("error:") and message in err, err
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "m").exists()

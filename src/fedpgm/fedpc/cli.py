@@ -58,6 +58,8 @@ def fit(
     by_label: Annotated[bool, typer.Option(help="LearnSPN: root sum over the label's values, one structure "
                                                 "per class (a generative classifier p(y) p(x | y))")] = False,
     em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
+    restarts: Annotated[int, typer.Option(help="RAT-SPN: initialisations per circuit, the best training "
+                                               "log-likelihood kept")] = 1,
     placement: Annotated[str, typer.Option(help="server (clients send circuits) or split (clients keep "
                                                 "them; queries go to the clients)")] = "server",
     backend: Annotated[str, typer.Option(help="inprocess or flower (a loopback deployment)")] = "inprocess",
@@ -77,13 +79,15 @@ def fit(
 
     if min_instances < 1:
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
+    if restarts < 1:
+        raise FedpgmError(f"--restarts must be >= 1, got {restarts}")
     if placement == "split" and out is not None:
         raise FedpgmError("--out saves an assembled model; with --placement split the circuits stay at "
                           "the clients, so use --placement server to save one")
     params = {"learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf,
                            "by_label": by_label},
               "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root}}.get(
-                  learner, {"leaf": leaf, "em_iterations": em_iterations})
+                  learner, {"leaf": leaf, "em_iterations": em_iterations, "restarts": restarts})
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap),
