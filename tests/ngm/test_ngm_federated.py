@@ -54,8 +54,13 @@ def test_fedngm_releases_a_global_model_and_no_message_carries_rows():
     m = replies["client-0"].config["metrics"]["c"]
     assert m["stitched"]["mae"] < 0.8 * m["global"]["mae"]  # w (c's noise) is client-0's extra feature
     test = chain_frame(800, seed=99)
-    mae = np.abs(result.global_model.predict(test, "b") - test["b"]).mean()
-    assert mae < 0.5 * np.abs(test["b"] - test["b"].mean()).mean()  # learned from samples only
+    def mae(model):
+        return np.abs(model.predict(test, "b") - test["b"]).mean()
+
+    clients_mae = np.mean([mae(m) for m in result.client_models.values()])
+    print(f"MAE of b: global {mae(result.global_model):.4f}, mean client {clients_mae:.4f}")
+    assert mae(result.global_model) < 1.1 * clients_mae  # learned from samples only, as well as the clients
+    assert mae(result.global_model) < 0.6 * np.abs(test["b"] - test["b"].mean()).mean()
 
 
 def test_release_is_refused_below_the_threshold():
