@@ -35,6 +35,7 @@ from fedpgm.circuits.structure import Leaf, Sum  # noqa: E402
 from fedpgm.data import load_dataset  # noqa: E402
 from fedpgm.fedpc.experiment import FitSettings, run_fedpc  # noqa: E402
 from fedpgm.fedpc.model import FedPC  # noqa: E402
+from fedpgm.fedpc.plan import GLUES  # noqa: E402
 
 
 def reinitialise(circuit, X: np.ndarray, rng):
@@ -71,7 +72,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--em-iterations", type=int, default=30)
     ap.add_argument("--rows", type=int, default=20000, help="train rows used per dataset (EM cost)")
-    ap.add_argument("--glue", default="random", choices=["random", "combinatorial", "aligned"])
+    ap.add_argument("--glue", default="random", choices=GLUES)
     ap.add_argument("--clusters", type=int, default=2)
     ap.add_argument("--restarts", type=int, default=1, help="initialisations per EM fit, the best kept")
     ap.add_argument("--out", default=None)
