@@ -11,7 +11,7 @@ def test_fit_intervene_and_bad_input(cli, tmp_path):
     for key in ("task_accuracy", "concept_accuracy", "coverage", "rounds", "fraction_params_changed",
                 "bytes_up", "bytes_down", "val_task_loss"):
         assert key in r, key
-    assert r["coverage"] == 1.0 and len(r["val_task_loss"]) == r["rounds"] <= 8
+    assert r["coverage"] == 1.0 and len(r["val_task_loss"]) == r["rounds"] <= 8 and r["lr"] == 1e-3
     assert (tmp_path / "plots" / "asia_cem_fcm_convergence.png").stat().st_size > 1000
     code, out, err = cli("concepts", "intervene", model, "--json", tmp_path / "i.json")
     assert code == 0, err
@@ -21,5 +21,7 @@ def test_fit_intervene_and_bad_input(cli, tmp_path):
     assert code == 2 and "nope" in err and not (tmp_path / "x.json").exists()
     code, _, err = cli("concepts", "fit", "bn:asia", "--clients", "4", "--per-round", "5", "--rows", "500")
     assert code == 2 and "per-round 5 exceeds" in err
+    code, _, err = cli("concepts", "fit", "bn:asia", "--lr", "0", "--rows", "500", "--json", tmp_path / "y.json")
+    assert code == 2 and "--lr 0.0" in err and "positive" in err and not (tmp_path / "y.json").exists()
     code, _, err = cli("concepts", "fit", "adult", "--rows", "500")
     assert code == 2 and "bn:NAME" in err

@@ -41,6 +41,8 @@ def fit(
                                                             "epsilon per client, delta 1e-5, clip 1.0")] = None,
     dp_scope: Annotated[str, typer.Option(help="What --dp-epsilon bounds: a client's whole 'training' "
                                                "or each 'update' it sends (the paper's setting)")] = "training",
+    lr: Annotated[float, typer.Option(help="Adam's learning rate for every local update (the paper tunes it "
+                                           "on validation data; DP's few noisy steps favour ~1e-2)")] = 1e-3,
     seed: Seed = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Folder for convergence and intervention plots")] = None,
@@ -50,6 +52,7 @@ def fit(
     from fedpgm.concepts.experiment import FCMSettings, run_fcm
     from fedpgm.concepts.federation import RoundSettings
     from fedpgm.concepts.models import save_model
+    from fedpgm.concepts.train import TrainSettings
 
     network = network_of(dataset)
     join = join_round if join_round is not None else (10 if network in ("asia", "sachs") else 20)
@@ -57,7 +60,7 @@ def fit(
                            perturbed_clients=perturbed_clients, perturbed_edges=perturbed_edges, backend=backend,
                            rounds=RoundSettings(kind=model, regime=regime, rounds=rounds, per_round=per_round,
                                                 join_round=join, seed=seed, dp_epsilon=dp_epsilon,
-                                                dp_scope=dp_scope))
+                                                dp_scope=dp_scope, train=TrainSettings(lr=lr)))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         job = bar.add_task(f"{model} {regime} on {network}", total=rounds)

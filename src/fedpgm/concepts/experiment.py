@@ -99,6 +99,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
         raise FedpgmError(f"the {r.regime} regime trains in one place; --backend flower is for static, fcm, reinit")
     if r.dp_scope not in DP_SCOPES:
         raise FedpgmError(f"unknown DP scope '{r.dp_scope}'; use one of {DP_SCOPES}")
+    if not r.train.lr > 0:
+        raise FedpgmError(f"--lr {r.train.lr}: the learning rate must be positive (e.g. 1e-3)")
     if r.per_round > s.clients:
         raise FedpgmError(f"--per-round {r.per_round} exceeds --clients {s.clients}; lower it")
     t0 = time.perf_counter()
@@ -107,7 +109,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     va = d.part(1)
     val = (d.x[va], d.codes[va, d.nodes.index(d.task)])
     report = {"network": s.network, "task": d.task, "model": r.kind, "regime": r.regime, "seed": r.seed,
-              "clients": s.clients, "per_round": r.per_round, "join_round": r.join_round}
+              "clients": s.clients, "per_round": r.per_round, "join_round": r.join_round,
+              "lr": r.train.lr}
     all_graphs = [from_edge_list(c.meta[GRAPH]) for c in clients]
     sizes = [len(c.train) for c in clients]
     if r.regime in ("static", "fcm", "reinit"):
