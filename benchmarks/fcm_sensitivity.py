@@ -25,19 +25,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import emit, mean_std  # noqa: E402
 
 from fedpgm.concepts.data import make_concept_data  # noqa: E402
-from fedpgm.concepts.experiment import FCMSettings, run_fcm  # noqa: E402
+from fedpgm.concepts.experiment import FCMSettings, run_fcm_tuned  # noqa: E402
 from fedpgm.concepts.federation import RoundSettings  # noqa: E402
 from fedpgm.concepts.models import KINDS  # noqa: E402
-from fedpgm.concepts.train import TrainSettings  # noqa: E402
 
 DEFAULTS = {"dp": [10.0, 5.0, 1.0], "clients": [10, 20, 50, 100]}
 METRICS = ("task_accuracy", "concept_accuracy", "label_accuracy", "seconds", "rounds", "lr", "best_val_task_loss")
 
 
 def settings(network: str, kind: str, vary: str, value: float, rounds: int, seed: int,
-             dp_scope: str = "training", lr: float = 1e-3) -> FCMSettings:
+             dp_scope: str = "training") -> FCMSettings:
     join = 10 if network in ("asia", "sachs") else 20
-    r = dict(kind=kind, regime="fcm", rounds=rounds, join_round=join, seed=seed, train=TrainSettings(lr=lr))
+    r = dict(kind=kind, regime="fcm", rounds=rounds, join_round=join, seed=seed)
     if vary == "dp":
         return FCMSettings(network=network, rounds=RoundSettings(**r, dp_epsilon=float(value), dp_scope=dp_scope))
     k = int(value)
@@ -64,13 +63,8 @@ def main() -> None:
         data = make_concept_data(args.network, seed=seed)
         for kind in args.models:
             for value in values:
-                tried = []
-                for lr in args.lrs:
-                    _, rep = run_fcm(settings(args.network, kind, args.vary, value, args.rounds, seed, args.dp_scope,
-                                              lr), data=data)
-                    rep["best_val_task_loss"] = min(rep["val_task_loss"])
-                    tried.append(rep)
-                rep = min(tried, key=lambda t: t["best_val_task_loss"])  # chosen on validation, never on test
+                _, rep = run_fcm_tuned(settings(args.network, kind, args.vary, value, args.rounds, seed,
+                                                args.dp_scope), args.lrs, data=data)
                 if args.vary == "dp":
                     rep["epsilon_spent"] = rep["dp"]["epsilon_spent_max"]
                     rep["epsilon_per_update"] = rep["dp"]["epsilon_per_update_max"]

@@ -3,7 +3,9 @@ along ground-truth interventions at increasing depths, per network x model x reg
 
 Each cell runs ``fedpgm.concepts.experiment.run_fcm`` (20 clients, 10 per round, the late half
 joining at round 10 for asia/sachs and 20 otherwise, up to 200 rounds, 2 local epochs, Adam,
-batch 512, early stopping with patience 10) for each seed; mean +- std and wall seconds.
+batch 512, early stopping with patience 10) for each seed; mean +- std and wall seconds. With
+several ``--lrs`` each run keeps the learning rate with the lowest validation task loss (the
+paper's per-dataset, per-model grid search; ``lr`` reports the chosen one).
 The data of a network and seed is generated once and shared by all its cells; ``bayes_ceiling``
 is the task accuracy of the Bayes-optimal classifier given every concept's true value
 (``fedpgm.concepts.data.bayes_task_accuracy``), a ceiling for every cell. PNGs beside the
@@ -23,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import bar_panels, emit, mean_std  # noqa: E402
 
 from fedpgm.concepts.data import bayes_task_accuracy, make_concept_data  # noqa: E402
-from fedpgm.concepts.experiment import FCMSettings, run_fcm  # noqa: E402
+from fedpgm.concepts.experiment import FCMSettings, run_fcm_tuned  # noqa: E402
 from fedpgm.concepts.federation import RoundSettings  # noqa: E402
 from fedpgm.concepts.models import KINDS  # noqa: E402
 
@@ -34,7 +36,7 @@ PAPER_FCM = {"asia": {"opaque": 0.800, "cbm": 0.798, "cem": 0.805, "cgm": 0.800,
              "alarm": {"opaque": 0.729, "cbm": 0.715, "cem": 0.734, "cgm": 0.691, "c2bm": 0.731},
              "insurance": {"opaque": 0.718, "cbm": 0.695, "cem": 0.710, "cgm": 0.708, "c2bm": 0.743},
              "hailfinder": {"opaque": 0.660, "cbm": 0.724, "cem": 0.702, "cgm": 0.555, "c2bm": 0.728}}
-METRICS = ("task_accuracy", "concept_accuracy", "coverage", "seconds", "rounds")
+METRICS = ("task_accuracy", "concept_accuracy", "coverage", "seconds", "rounds", "lr")
 
 
 def main() -> None:
@@ -44,6 +46,8 @@ def main() -> None:
     ap.add_argument("--regimes", nargs="+", default=list(REGIMES))
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--lrs", nargs="+", type=float, default=[1e-3],
+                    help="Adam learning rates to try; each run keeps the best on validation task loss")
     ap.add_argument("--out", default=None)
     ap.add_argument("--check", metavar="JSON", help="only add the targets to an earlier result file")
     args = ap.parse_args()
@@ -66,7 +70,7 @@ def main() -> None:
                         continue
                     s = FCMSettings(network=net, rounds=RoundSettings(kind=kind, regime=regime, rounds=args.rounds,
                                                                       join_round=join, seed=seed))
-                    _, rep = run_fcm(s, data=data)
+                    _, rep = run_fcm_tuned(s, args.lrs, data=data)
                     print(f"{net} {kind} {regime} seed {seed}: task {rep['task_accuracy']:.3f} coverage "
                           f"{rep['coverage']:.2f} {rep['seconds']:.0f}s", file=sys.stderr, flush=True)
                     cell = runs.setdefault(net, {}).setdefault(f"{kind} {regime}", {m: [] for m in METRICS})

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fedpgm.concepts.data import make_concept_data
-from fedpgm.concepts.experiment import FCMSettings, make_clients, run_fcm
+from fedpgm.concepts.experiment import FCMSettings, make_clients, run_fcm, run_fcm_tuned
 from fedpgm.concepts.federation import RoundSettings
 from fedpgm.concepts.models import KINDS, ConceptModel, arrays, module_of
 from fedpgm.concepts.train import TrainSettings, average, evaluate, local_train, loss_of, trainable_modules
@@ -87,6 +87,20 @@ def test_fcm_grows_and_beats_static_on_coverage(asia):
     te = asia.part(2)  # every concept given: only the task is left to score, label = task accuracy
     every = evaluate(model, asia.x[te], asia.codes[te], asia.nodes, asia.task, asia.cards, asia.dag, 99)
     assert every["label_accuracy"] == every["task_accuracy"] > fcm["task_accuracy"]
+
+
+@pytest.mark.parametrize("regime", ["fcm", "local"])
+def test_learning_rate_is_chosen_on_validation_loss(asia, regime):
+    rounds = RoundSettings(kind="cbm", regime=regime, rounds=6, per_round=3, join_round=2, patience=6, hidden=8,
+                           emb=4, train=TrainSettings(batch_size=256))
+    _, rep = run_fcm_tuned(FCMSettings(network="asia", clients=6, rounds=rounds), [1e-4, 3e-2], data=asia)
+    losses = {c["lr"]: c["best_val_task_loss"] for c in rep["lr_candidates"]}
+    assert list(losses) == [1e-4, 3e-2] and losses[3e-2] < losses[1e-4]  # 6 rounds at 1e-4 barely move
+    assert rep["lr"] == 3e-2 and rep["best_val_task_loss"] == losses[3e-2]
+    with pytest.raises(FedpgmError, match="at least one learning rate"):
+        run_fcm_tuned(FCMSettings(network="asia", clients=6, rounds=rounds), [], data=asia)
+    with pytest.raises(FedpgmError, match="must be positive"):
+        run_fcm_tuned(FCMSettings(network="asia", clients=6, rounds=rounds), [-1e-3], data=asia)
 
 
 def test_bad_input_is_refused(asia):

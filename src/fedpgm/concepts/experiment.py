@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -153,9 +153,11 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
             x, codes, nodes = split_table(c.train)
             model = ConceptModel(r.kind, d.x.shape[1], d.cards, g, d.task, r.hidden, r.emb, r.seed)
             history = train_alone(model, x, codes, nodes, val, r)
-            per.append(test_metrics(model, d) | {"rounds": len(history)})
+            per.append(test_metrics(model, d) | {"rounds": len(history),
+                                                 "best_val_task_loss": min(h["val_task_loss"] for h in history)})
         report.update({k: float(np.mean([p[k] for p in per]))
-                       for k in ("task_accuracy", "concept_accuracy", "label_accuracy", "coverage")})
+                       for k in ("task_accuracy", "concept_accuracy", "label_accuracy", "coverage",
+                                 "best_val_task_loss")})
         report["intervention_accuracy"] = [
             {"depth": level["depth"], **{k: float(np.mean([p["intervention_accuracy"][i][k] for p in per]))
                                         for k in ("task_accuracy", "label_accuracy")}}
@@ -163,7 +165,25 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
         report.update(rounds=int(np.mean([p["rounds"] for p in per])), fraction_params_changed=0.0,
                       bytes_up=0, bytes_down=0, val_task_loss=[])
         report["per_client"] = per
+    if r.regime != "local":
+        report["best_val_task_loss"] = min(report["val_task_loss"])
     report["seconds"] = time.perf_counter() - t0
+    return model, report
+
+
+def run_fcm_tuned(s: FCMSettings, lrs: list[float], data: ConceptData | None = None,
+                  progress=None) -> tuple[ConceptModel | None, dict]:
+    """``run_fcm`` once per Adam learning rate in ``lrs``; keeps the run with the lowest best
+    validation task loss (the paper tunes the learning rate per dataset and model on validation
+    data; the test set never chooses). The report lists every candidate's loss and seconds."""
+    if not lrs:
+        raise FedpgmError("give at least one learning rate to try")
+    d = data or make_concept_data(s.network, s.task, s.rows, s.rounds.seed)
+    tried = [run_fcm(replace(s, rounds=replace(s.rounds, train=replace(s.rounds.train, lr=lr))), d, progress)
+             for lr in lrs]
+    model, report = min(tried, key=lambda t: t[1]["best_val_task_loss"])
+    report["lr_candidates"] = [{"lr": t[1]["lr"], "best_val_task_loss": t[1]["best_val_task_loss"],
+                                "seconds": t[1]["seconds"]} for t in tried]
     return model, report
 
 
