@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--network", default="asia")
     ap.add_argument("--models", nargs="+", default=list(KINDS))
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--dp-scope", choices=["training", "update"], default="training",
                     help="epsilon bounds a client's whole training or each update (the paper's setting)")
@@ -59,12 +60,15 @@ def main() -> None:
     args = ap.parse_args()
     values = args.values or DEFAULTS[args.vary]
     runs: dict = {}
-    for seed in range(args.seeds):
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    candidates: list = []
+    for seed in seeds:
         data = make_concept_data(args.network, seed=seed)
         for kind in args.models:
             for value in values:
                 _, rep = run_fcm_tuned(settings(args.network, kind, args.vary, value, args.rounds, seed,
                                                 args.dp_scope), args.lrs, data=data)
+                candidates.append({"model": kind, args.vary: value, "seed": seed, "lr_candidates": rep["lr_candidates"]})
                 if args.vary == "dp":
                     rep["epsilon_spent"] = rep["dp"]["epsilon_spent_max"]
                     rep["epsilon_per_update"] = rep["dp"]["epsilon_per_update_max"]
@@ -75,9 +79,10 @@ def main() -> None:
                     cell.setdefault(m, []).append(float(rep[m]))
     table = {kind: {v: {m: mean_std(x) for m, x in cell.items()} for v, cell in by.items()}
              for kind, by in runs.items()}
-    emit({"benchmark": f"fcm_{args.vary}", "network": args.network, "seeds": args.seeds,
-          "rounds": args.rounds, "values": values,
-          **({"dp_scope": args.dp_scope} if args.vary == "dp" else {}), "table": table}, args.out)
+    emit({"benchmark": f"fcm_{args.vary}", "network": args.network, "seeds": seeds,
+          "rounds": args.rounds, "values": values, "lrs": args.lrs,
+          **({"dp_scope": args.dp_scope} if args.vary == "dp" else {}), "table": table,
+          "lr_candidates": candidates}, args.out)
     if args.out:
         plot(table, args.vary, args.network, Path(args.out).with_suffix(".png"))
 

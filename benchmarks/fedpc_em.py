@@ -26,11 +26,9 @@ from common import emit, mean_std  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from fedpgm.circuits.compiled import CompiledCircuit  # noqa: E402
-from fedpgm.circuits.em import em  # noqa: E402
+from fedpgm.circuits.em import em_best_of  # noqa: E402
 from fedpgm.circuits.estimator import as_matrix  # noqa: E402
 from fedpgm.circuits.leaves import leaf_type  # noqa: E402
-from fedpgm.circuits.queries import log_likelihood  # noqa: E402
 from fedpgm.circuits.structure import Leaf, Sum  # noqa: E402
 from fedpgm.data import load_dataset  # noqa: E402
 from fedpgm.fedpc.experiment import FitSettings, run_fedpc  # noqa: E402
@@ -51,19 +49,6 @@ def reinitialise(circuit, X: np.ndarray, rng):
             feat = out.schema.features[node.var]
             node.params = leaf_type(node.dist).fit(x, np.ones(len(x)), feat.cardinality)
     return out
-
-
-def em_best_of(circuit, X: np.ndarray, iterations: int, restarts: int, seed: int):
-    """``circuit``'s structure trained by EM from ``restarts`` fresh initialisations; the one
-    with the highest training log-likelihood."""
-    best = None
-    for r in range(restarts):
-        candidate = reinitialise(circuit, X, np.random.default_rng(seed + 7919 * r))
-        em(candidate, X, iterations)
-        fit = float(log_likelihood(CompiledCircuit(candidate), X).mean())
-        if best is None or fit > best[0]:
-            best = (fit, candidate)
-    return best[1]
 
 
 def main() -> None:
@@ -89,7 +74,8 @@ def main() -> None:
             model, r = run_fedpc(ds, s)
             onepass.append(r["test_loglik"])
             X = as_matrix(ds.train, model.schema)
-            circuit = em_best_of(model.circuit, X, args.em_iterations, args.restarts, seed)
+            _, circuit, _ = em_best_of(lambda r: reinitialise(model.circuit, X, np.random.default_rng(seed + 7919 * r)),
+                                       X, args.restarts, args.em_iterations)
             emll.append(FedPC(model.schema, model.plan, circuit).score(ds.test))
             print(f"{name} seed {seed}: one-pass {onepass[-1]:.3f}, EM {emll[-1]:.3f}", file=sys.stderr, flush=True)
         cell = {"one-pass": mean_std(onepass), "EM": mean_std(emll)}

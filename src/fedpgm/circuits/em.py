@@ -6,7 +6,8 @@ counts, and each leaf accumulates its type's weighted sufficient statistics (row
 variable is missing carry no weight). M-step: sum weights = normalised edge counts (plus a
 tiny constant, so none is exactly 0); leaves refit from their statistics. Batch EM uses all
 rows per iteration; mini-batch (stepwise, online) EM keeps running statistics updated after
-every batch with step size (t + 2)^-decay (Liang and Klein 2009).
+every batch with step size (t + 2)^-decay (Liang and Klein 2009). EM stops in a local optimum
+that depends on the initialisation, so ``em_best_of`` trains several and keeps the best fit.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.leaves import leaf_type, std_floors
+from fedpgm.circuits.queries import log_likelihood
 from fedpgm.circuits.structure import Circuit
 from fedpgm.errors import FedpgmError
 
@@ -107,3 +109,20 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
         if len(history) > 1 and abs(history[-1] - history[-2]) < tol:
             break
     return history
+
+
+def em_best_of(initialise, X: np.ndarray, restarts: int, iterations: int, batch_size: int | None = None,
+               floors: np.ndarray | None = None, seed: int = 0) -> tuple[float, Circuit, list[float]]:
+    """EM from ``restarts`` initialisations, ``initialise(r)`` -> a fresh circuit for r = 0, 1,
+    ... (mini-batch order from ``seed + r``); returns (mean training log-likelihood, circuit, EM history) of the best, as k-means keeps
+    the best of its ``n_init``."""
+    if restarts < 1:
+        raise FedpgmError(f"restarts must be >= 1, got {restarts}")
+    best = None
+    for r in range(restarts):
+        circuit = initialise(r)
+        history = em(circuit, X, iterations, batch_size, seed=seed + r, floors=floors)
+        fit = float(log_likelihood(CompiledCircuit(circuit), X).mean())
+        if best is None or fit > best[0]:
+            best = (fit, circuit, history)
+    return best

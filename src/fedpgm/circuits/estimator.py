@@ -16,7 +16,7 @@ import torch
 
 from fedpgm.circuits import queries
 from fedpgm.circuits.compiled import CompiledCircuit
-from fedpgm.circuits.em import em
+from fedpgm.circuits.em import em_best_of
 from fedpgm.circuits.io import load_circuit, save_circuit
 from fedpgm.circuits.leaves import MIN_STD_FRACTION, std_floors
 from fedpgm.circuits.learnspn import learn_spn
@@ -168,17 +168,10 @@ class RatSPN(CircuitEstimator):
         self.restarts = restarts
 
     def _learn(self, schema, X, floors):
-        if self.restarts < 1:
-            raise FedpgmError(f"restarts must be >= 1, got {self.restarts}")
-        best = None
-        for seed in range(self.seed, self.seed + self.restarts):
-            circuit = rat_spn(schema, X, self.depth, self.repetitions, self.n_sums, self.n_inputs,
-                              self.leaf, seed, floors)
-            history = em(circuit, X, self.em_iterations, self.batch_size, seed=seed, floors=floors)
-            fit = float(queries.log_likelihood(CompiledCircuit(circuit), X).mean())
-            if best is None or fit > best[0]:
-                best = (fit, circuit, history)
-        self.train_loglik_, circuit, self.history_ = best
+        self.train_loglik_, circuit, self.history_ = em_best_of(
+            lambda r: rat_spn(schema, X, self.depth, self.repetitions, self.n_sums, self.n_inputs, self.leaf,
+                              self.seed + r, floors),
+            X, self.restarts, self.em_iterations, self.batch_size, floors, self.seed)
         return circuit
 
 
