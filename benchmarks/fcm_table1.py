@@ -45,23 +45,28 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=list(KINDS))
     ap.add_argument("--regimes", nargs="+", default=list(REGIMES))
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--lrs", nargs="+", type=float, default=[1e-3],
                     help="Adam learning rates to try; each run keeps the best on validation task loss")
     ap.add_argument("--out", default=None)
     ap.add_argument("--check", metavar="JSON", help="only add the targets to an earlier result file")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="pool the seeds of earlier result files into --out")
     args = ap.parse_args()
     if args.check:
         result = json.loads(Path(args.check).read_text())
         result["targets"] = targets(result["table"])
         emit(result, args.check)
         return
+    if args.merge:
+        finish(*pooled([json.loads(Path(f).read_text()) for f in args.merge]), args.out)
+        return
     runs: dict = {}
     curves: dict = {}
     ceilings: dict = {}
     for net in args.networks:
         join = 10 if net in ("asia", "sachs") else 20
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             data = make_concept_data(net, seed=seed)
             ceilings.setdefault(net, []).append(bayes_task_accuracy(data))
             for kind in args.models:
@@ -77,15 +82,45 @@ def main() -> None:
                     for m in METRICS:
                         cell[m].append(float(rep[m]))
                     curves.setdefault(net, {}).setdefault(f"{kind} {regime}", []).append(rep["intervention_accuracy"])
+    finish(runs, curves, ceilings, args.rounds, args.out)
+
+
+def finish(runs: dict, curves: dict, ceilings: dict, rounds: int, out: str | None) -> None:
+    """Means over seeds, targets, JSON and plots from the per-seed values."""
     table = {net: {cell: {m: mean_std(v) for m, v in metrics.items()} for cell, metrics in cells.items()}
              for net, cells in runs.items()}
     interventions = {net: {cell: mean_curve(runs_) for cell, runs_ in cells.items()} for net, cells in curves.items()}
-    emit({"benchmark": "fcm_table1", "seeds": args.seeds, "rounds": args.rounds, "table": table,
+    seeds = {len(m["task_accuracy"]) for cells in runs.values() for m in cells.values()}
+    emit({"benchmark": "fcm_table1", "seeds": max(seeds), "rounds": rounds, "table": table,
           "bayes_ceiling": {net: mean_std(v) for net, v in ceilings.items()},
-          "targets": targets(table), "interventions": interventions}, args.out)
-    if args.out:
-        bar_panels(table, Path(args.out).with_suffix(".png"), "task_accuracy", "task accuracy")
-        plot_interventions(interventions, Path(args.out).with_name(Path(args.out).stem + "_interventions.png"))
+          "targets": targets(table), "interventions": interventions}, out)
+    if out:
+        bar_panels(table, Path(out).with_suffix(".png"), "task_accuracy", "task accuracy")
+        plot_interventions(interventions, Path(out).with_name(Path(out).stem + "_interventions.png"))
+
+
+def pooled(results: list[dict]) -> tuple[dict, dict, dict, int]:
+    """(runs, curves, ceilings, rounds) with the seeds of several result files side by side."""
+    runs: dict = {}
+    curves: dict = {}
+    ceilings: dict = {}
+    for res in results:
+        for net, cells in res["table"].items():
+            for cell, metrics in cells.items():
+                into = runs.setdefault(net, {}).setdefault(cell, {})
+                for m, v in metrics.items():
+                    into.setdefault(m, []).extend(v["runs"])
+            ceilings.setdefault(net, []).extend(res["bayes_ceiling"][net]["runs"])
+        for net, cells in res["interventions"].items():
+            for cell, levels in cells.items():
+                seeds = len(levels[0]["task_accuracy"]["runs"])
+                curves.setdefault(net, {}).setdefault(cell, []).extend(
+                    [[{"depth": lv["depth"], **{k: lv[k]["runs"][i] for k in ("label_accuracy", "task_accuracy")}}
+                      for lv in levels] for i in range(seeds)])
+    for cells in runs.values():  # a metric older files lack (e.g. lr) is left out
+        for cell, metrics in cells.items():
+            cells[cell] = {m: v for m, v in metrics.items() if len(v) == len(metrics["task_accuracy"])}
+    return runs, curves, ceilings, results[0]["rounds"]
 
 
 def targets(table: dict) -> dict:
