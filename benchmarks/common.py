@@ -35,6 +35,23 @@ def mean_std(values: list[float]) -> dict:
             "runs": list(values)}
 
 
+def pool(results: list):
+    """Several result trees of the same layout merged seed-wise: every ``mean_std`` leaf pooled
+    over the files that have it (a group of leaves keeps only those with the most runs, so a
+    metric older files lack is dropped rather than averaged over fewer seeds); lists are pooled
+    position by position; any other value is taken from the first file."""
+    first = results[0]
+    if isinstance(first, dict) and "runs" in first:
+        return mean_std([x for r in results for x in r["runs"]])
+    if isinstance(first, dict):
+        out = {k: pool([r[k] for r in results if k in r]) for k in dict.fromkeys(k for r in results for k in r)}
+        counts = {k: len(v["runs"]) for k, v in out.items() if isinstance(v, dict) and "runs" in v}
+        return {k: v for k, v in out.items() if k not in counts or counts[k] == max(counts.values())}
+    if isinstance(first, list) and len({len(r) for r in results}) == 1:
+        return [pool(list(items)) for items in zip(*results)]
+    return first
+
+
 def bar_panels(table: dict, path: str | Path, metric: str, xlabel: str, log: bool = False,
                color=lambda key: "tab:blue") -> None:
     """One horizontal bar panel per dataset of ``table[dataset][method][metric]`` (mean +- std)."""

@@ -18,11 +18,12 @@ data); each run keeps the one whose best validation task loss is lowest and repo
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import emit, mean_std  # noqa: E402
+from common import emit, mean_std, pool  # noqa: E402
 
 from fedpgm.concepts.data import make_concept_data  # noqa: E402
 from fedpgm.concepts.experiment import FCMSettings, run_fcm_tuned  # noqa: E402
@@ -57,7 +58,17 @@ def main() -> None:
     ap.add_argument("--lrs", nargs="+", type=float, default=[1e-3],
                     help="learning rates to try; each run keeps the best on validation task loss")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="pool the seeds of earlier result files into --out")
     args = ap.parse_args()
+    if args.merge:
+        parts = [json.loads(Path(f).read_text()) for f in args.merge]
+        result = {**parts[0], "seeds": [s for p in parts for s in p["seeds"]],
+                  "lrs": sorted({lr for p in parts for lr in p["lrs"]}), "table": pool([p["table"] for p in parts]),
+                  "lr_candidates": [c for p in parts for c in p["lr_candidates"]]}
+        emit(result, args.out)
+        if args.out:
+            plot(result["table"], args.vary, result["network"], Path(args.out).with_suffix(".png"))
+        return
     values = args.values or DEFAULTS[args.vary]
     runs: dict = {}
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))

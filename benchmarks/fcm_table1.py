@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import bar_panels, emit, mean_std  # noqa: E402
+from common import bar_panels, emit, mean_std, pool  # noqa: E402
 
 from fedpgm.concepts.data import bayes_task_accuracy, make_concept_data  # noqa: E402
 from fedpgm.concepts.experiment import FCMSettings, run_fcm_tuned  # noqa: E402
@@ -59,7 +59,8 @@ def main() -> None:
         emit(result, args.check)
         return
     if args.merge:
-        finish(*pooled([json.loads(Path(f).read_text()) for f in args.merge]), args.out)
+        merged = pool([json.loads(Path(f).read_text()) for f in args.merge])
+        finish(merged["table"], merged["interventions"], merged["bayes_ceiling"], merged["rounds"], args.out)
         return
     runs: dict = {}
     curves: dict = {}
@@ -82,45 +83,20 @@ def main() -> None:
                     for m in METRICS:
                         cell[m].append(float(rep[m]))
                     curves.setdefault(net, {}).setdefault(f"{kind} {regime}", []).append(rep["intervention_accuracy"])
-    finish(runs, curves, ceilings, args.rounds, args.out)
-
-
-def finish(runs: dict, curves: dict, ceilings: dict, rounds: int, out: str | None) -> None:
-    """Means over seeds, targets, JSON and plots from the per-seed values."""
     table = {net: {cell: {m: mean_std(v) for m, v in metrics.items()} for cell, metrics in cells.items()}
              for net, cells in runs.items()}
     interventions = {net: {cell: mean_curve(runs_) for cell, runs_ in cells.items()} for net, cells in curves.items()}
-    seeds = {len(m["task_accuracy"]) for cells in runs.values() for m in cells.values()}
-    emit({"benchmark": "fcm_table1", "seeds": max(seeds), "rounds": rounds, "table": table,
-          "bayes_ceiling": {net: mean_std(v) for net, v in ceilings.items()},
+    finish(table, interventions, {net: mean_std(v) for net, v in ceilings.items()}, args.rounds, args.out)
+
+
+def finish(table: dict, interventions: dict, ceilings: dict, rounds: int, out: str | None) -> None:
+    """Targets, JSON and plots from the tables (mean +- std over seeds)."""
+    seeds = max(len(m["task_accuracy"]["runs"]) for cells in table.values() for m in cells.values())
+    emit({"benchmark": "fcm_table1", "seeds": seeds, "rounds": rounds, "table": table, "bayes_ceiling": ceilings,
           "targets": targets(table), "interventions": interventions}, out)
     if out:
         bar_panels(table, Path(out).with_suffix(".png"), "task_accuracy", "task accuracy")
         plot_interventions(interventions, Path(out).with_name(Path(out).stem + "_interventions.png"))
-
-
-def pooled(results: list[dict]) -> tuple[dict, dict, dict, int]:
-    """(runs, curves, ceilings, rounds) with the seeds of several result files side by side."""
-    runs: dict = {}
-    curves: dict = {}
-    ceilings: dict = {}
-    for res in results:
-        for net, cells in res["table"].items():
-            for cell, metrics in cells.items():
-                into = runs.setdefault(net, {}).setdefault(cell, {})
-                for m, v in metrics.items():
-                    into.setdefault(m, []).extend(v["runs"])
-            ceilings.setdefault(net, []).extend(res["bayes_ceiling"][net]["runs"])
-        for net, cells in res["interventions"].items():
-            for cell, levels in cells.items():
-                seeds = len(levels[0]["task_accuracy"]["runs"])
-                curves.setdefault(net, {}).setdefault(cell, []).extend(
-                    [[{"depth": lv["depth"], **{k: lv[k]["runs"][i] for k in ("label_accuracy", "task_accuracy")}}
-                      for lv in levels] for i in range(seeds)])
-    for cells in runs.values():  # a metric older files lack (e.g. lr) is left out
-        for cell, metrics in cells.items():
-            cells[cell] = {m: v for m, v in metrics.items() if len(v) == len(metrics["task_accuracy"])}
-    return runs, curves, ceilings, results[0]["rounds"]
 
 
 def targets(table: dict) -> dict:
