@@ -114,8 +114,8 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
 def em_best_of(initialise, X: np.ndarray, restarts: int, iterations: int, batch_size: int | None = None,
                floors: np.ndarray | None = None, seed: int = 0) -> tuple[float, Circuit, list[float]]:
     """EM from ``restarts`` initialisations, ``initialise(r)`` -> a fresh circuit for r = 0, 1,
-    ... (mini-batch order from ``seed + r``); returns (mean training log-likelihood, circuit, EM history) of the best, as k-means keeps
-    the best of its ``n_init``."""
+    ... (mini-batch order from ``seed + r``); returns (mean training log-likelihood, circuit, EM
+    history) of the best, as k-means keeps the best of its ``n_init``."""
     if restarts < 1:
         raise FedpgmError(f"restarts must be >= 1, got {restarts}")
     best = None

@@ -179,12 +179,14 @@ def run_fcm_tuned(s: FCMSettings, lrs: list[float], data: ConceptData | None = N
     if not lrs:
         raise FedpgmError("give at least one learning rate to try")
     d = data or make_concept_data(s.network, s.task, s.rows, s.rounds.seed)
-    tried = [run_fcm(replace(s, rounds=replace(s.rounds, train=replace(s.rounds.train, lr=lr))), d, progress)
-             for lr in lrs]
-    model, report = min(tried, key=lambda t: t[1]["best_val_task_loss"])
-    report["lr_candidates"] = [{"lr": t[1]["lr"], "best_val_task_loss": t[1]["best_val_task_loss"],
-                                "seconds": t[1]["seconds"]} for t in tried]
-    return model, report
+    best, candidates = None, []
+    for lr in lrs:  # only the best model so far is kept in memory
+        model, report = run_fcm(replace(s, rounds=replace(s.rounds, train=replace(s.rounds.train, lr=lr))), d, progress)
+        candidates.append({k: report[k] for k in ("lr", "best_val_task_loss", "seconds")})
+        if best is None or report["best_val_task_loss"] < best[1]["best_val_task_loss"]:
+            best = (model, report)
+    best[1]["lr_candidates"] = candidates
+    return best
 
 
 def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d: ConceptData,
