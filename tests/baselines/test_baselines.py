@@ -42,6 +42,20 @@ def test_splitnn_learns_with_two_messages_per_batch(cancer):
     assert result["communication"]["messages"] == 4 + 2 + 8 * batches * 8
 
 
+def test_splitnn_encodes_each_clients_rows_once(cancer, monkeypatch):
+    import fedpgm.baselines.splitnn as module
+
+    encoded = []
+    real = module.encode
+    monkeypatch.setattr(module, "encode", lambda frame, *a: encoded.append(len(frame)) or real(frame, *a))
+    part = partition(cancer, "vertical", 2, seed=0)
+    with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS", mode="sequential") as fed:
+        result = splitnn(fed, epochs=3, batch_size=128)
+    # per client: the training rows once (for 3 x 4 batches, forward and backward), the test rows once
+    assert sorted(encoded) == sorted([len(cancer.train)] * 2 + [len(cancer.test)] * 2)
+    assert result["test_proba"].shape == (len(cancer.test), 2)
+
+
 def test_baselines_refuse_the_wrong_federation(cancer):
     with InProcessFederation(partition(cancer, "vertical", 2, seed=0), "fedpgm.baselines.fedavg:HANDLERS",
                              mode="sequential") as fed:

@@ -139,3 +139,19 @@ def test_state_must_be_arrays_or_json(cancer_parts):
     with InProcessFederation(part, hs, mode="sequential") as fed:
         r = fed.broadcast("keep")
     assert all("keep arrays or JSON values in state" in f.detail for f in r.failures.values())
+
+
+def test_memo_computes_once_per_key_and_is_never_saved(cancer_parts, tmp_path):
+    from fedpgm.federation.handlers import ClientContext, load_state, save_state
+
+    _, part = cancer_parts
+    ctx = ClientContext("client-0", part.clients[0], tmp_path)
+    calls = []
+    first = ctx.memo("rows", lambda: calls.append(1) or object())  # any object: the cache is not state
+    assert ctx.memo("rows", lambda: calls.append(1) or object()) is first and len(calls) == 1
+    ctx.memo("other", lambda: calls.append(1) or 2)
+    assert len(calls) == 2
+    ctx.state["n"] = 3
+    ctx.check_state()  # cached objects do not make the state unsavable
+    save_state(ctx.state, tmp_path)
+    assert load_state(tmp_path) == {"n": 3}

@@ -11,6 +11,7 @@ momentum live in the client state as arrays, so every backend can keep them.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 
 import numpy as np
@@ -50,8 +51,7 @@ def labels(request: Message, ctx: ClientContext) -> Message:
 
 
 def bottom(ctx: ClientContext, cfg: dict) -> nn.Module:
-    schema = ctx.data.schema
-    width = encode(ctx.data.train.iloc[:0], schema, cfg["stats"]).shape[1]
+    width = inputs(ctx, cfg, "train").shape[1]
     torch.manual_seed(int(cfg["seed"]))
     model = network(cfg["arch"], width, cfg["embedding"], cfg["hidden"], 1)
     keys = [k for k in ctx.state if k.startswith("bottom/")]
@@ -61,8 +61,11 @@ def bottom(ctx: ClientContext, cfg: dict) -> nn.Module:
 
 
 def inputs(ctx: ClientContext, cfg: dict, split: str) -> torch.Tensor:
-    frame = ordered(getattr(ctx.data, split))
-    return torch.from_numpy(encode(frame, ctx.data.schema, {k: tuple(v) for k, v in cfg["stats"].items()}))
+    """(rows, width) encoded ``split`` rows in row-id order, encoded once per run (``ctx.memo``)."""
+    def compute() -> torch.Tensor:
+        frame = ordered(getattr(ctx.data, split))
+        return torch.from_numpy(encode(frame, ctx.data.schema, {k: tuple(v) for k, v in cfg["stats"].items()}))
+    return ctx.memo(f"splitnn/{split}/{json.dumps(cfg['stats'], sort_keys=True)}", compute)
 
 
 @HANDLERS.train("forward")

@@ -14,6 +14,9 @@ Handlers see the request, the client's private data (``ctx.data``, a ``ClientDat
 state (``ctx.state``), and return a reply. State values must be numpy arrays or JSON-compatible
 values, so every backend can keep them (Flower starts a new process per message and keeps the
 state on disk under ``ctx.workdir``); larger models belong in files under ``ctx.workdir``.
+``ctx.memo(key, compute)`` keeps values derived from the client's own data (e.g. encoded
+inputs) for later messages of the same process; it is never saved, so a backend that starts a
+fresh context per message (Flower) simply computes them again.
 """
 
 from __future__ import annotations
@@ -42,6 +45,14 @@ class ClientContext:
     data: ClientData
     workdir: Path
     state: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict, repr=False)  # derived values; never saved or sent
+
+    def memo(self, key: str, compute: Callable[[], object]) -> object:
+        """``compute()`` once per ``key`` while this context lives (``key`` must name every input
+        the value depends on besides the client's data)."""
+        if key not in self.cache:
+            self.cache[key] = compute()
+        return self.cache[key]
 
     def check_state(self) -> None:
         for key, value in self.state.items():
