@@ -103,6 +103,18 @@ def test_learning_rate_is_chosen_on_validation_loss(asia, regime):
         run_fcm_tuned(FCMSettings(network="asia", clients=6, rounds=rounds), [-1e-3], data=asia)
 
 
+def test_bad_learning_rates_are_refused_before_any_work(monkeypatch):
+    import fedpgm.concepts.experiment as experiment
+
+    def never(*args, **kwargs):
+        raise AssertionError("sampled data or trained before checking the learning rates")
+
+    monkeypatch.setattr(experiment, "make_concept_data", never)
+    monkeypatch.setattr(experiment, "run_fcm", never)
+    with pytest.raises(FedpgmError, match=r"--lrs \[0\.0\]: every learning rate must be positive"):
+        run_fcm_tuned(FCMSettings(network="asia"), [1e-3, 0.0])
+
+
 def test_bad_input_is_refused(asia):
     with pytest.raises(FedpgmError, match="task node 'nope'|not a column"):
         make_concept_data("asia", task="nope", rows=200)

@@ -178,6 +178,9 @@ def run_fcm_tuned(s: FCMSettings, lrs: list[float], data: ConceptData | None = N
     data; the test set never chooses). The report lists every candidate's loss and seconds."""
     if not lrs:
         raise FedpgmError("give at least one learning rate to try")
+    bad = [lr for lr in lrs if not lr > 0]
+    if bad:  # before any data is sampled or any candidate trained
+        raise FedpgmError(f"--lrs {bad}: every learning rate must be positive (e.g. 1e-3)")
     d = data or make_concept_data(s.network, s.task, s.rows, s.rounds.seed)
     best, candidates = None, []
     for lr in lrs:  # only the best model so far is kept in memory
