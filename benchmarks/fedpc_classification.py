@@ -64,7 +64,7 @@ def run_seed(name: str, seed: int, args) -> dict:
             trees_part = partition(ds, split, k, seed,
                                    **({"label_to": "all"} if split != "horizontal" else options(split)))
             with InProcessFederation(trees_part, "fedpgm.fedpc.client:HANDLERS") as fed:
-                bag = fit_fcdt(fed, seed=seed, combine=args.tree_root)
+                bag = fit_fcdt(fed, seed=seed, combine=args.tree_root, trees=args.trees)
             comm = bag.info["communication"]
             out[f"FC[DT] {split} x{k}"] = classification(bag.predict_proba(ds.test), truth) | {
                 "bytes": comm["bytes_up"] + comm["bytes_down"], "root": bag.combine,
@@ -130,6 +130,7 @@ def main() -> None:
                          "(HGB always runs; the last two need bash scripts/install_peers.sh)")
     ap.add_argument("--tree-root", choices=["auto", "mean", "product"], default="auto",
                     help="FC[DT]'s root: auto = product over disjoint columns (vertical), else mean")
+    ap.add_argument("--trees", type=int, default=1, help="FC[DT]: trees per client (bootstrap resamples when > 1)")
     ap.add_argument("--peers", action="store_true", help="shorthand for adding fedtree and tabnet to --methods")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -149,7 +150,7 @@ def main() -> None:
             table[name][method] = cell
     emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds,
           "min_instances_slice": args.min_instances, "by_label": args.by_label, "leaf": args.leaf,
-          "tree_root": args.tree_root, "methods": args.methods, "fedavg_rounds": args.rounds,
+          "tree_root": args.tree_root, "trees_per_client": args.trees, "methods": args.methods, "fedavg_rounds": args.rounds,
           "splitnn_epochs": args.epochs, "table": table}, args.out)
     if args.out:
         bar_panels(table, Path(args.out).with_suffix(".png"), "bytes", "bytes to train (log scale)", log=True,

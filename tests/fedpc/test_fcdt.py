@@ -56,7 +56,8 @@ def test_horizontal_fcdt_is_the_row_weighted_average_of_client_trees(cancer):
 def test_vertical_needs_the_label_at_the_clients_that_grow_trees(cancer):
     shared = partition(cancer, "vertical", 3, seed=0, label_to="all")
     model = run(shared)
-    assert len(model.trees) == 3 and all(len(t.columns) < len(cancer.schema.feature_names) for t in model.trees.values())
+    assert len(model.trees) == 3 and all(len(ts) == 1 and len(ts[0].columns) < len(cancer.schema.feature_names)
+                                         for ts in model.trees.values())
     one = run(partition(cancer, "vertical", 3, seed=0, label_to="client-1"))
     assert list(one.trees) == ["client-1"]
     accuracy = float((model.predict(cancer.test) == cancer.test[cancer.schema.label].to_numpy()).mean())
@@ -120,7 +121,7 @@ def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):
         arrays = dict(z)
     arrays["0_left"][0] = 0  # a node that is its own child: a walk would never end
     np.savez(tmp_path / "m" / "trees.npz", **arrays)
-    meta["trees"][0]["columns"] = model.trees[meta["trees"][0]["client"]].columns
+    meta["trees"][0]["columns"] = model.trees[meta["trees"][0]["client"]][0].columns
     (tmp_path / "m" / "trees.json").write_text(json.dumps(meta))
     with pytest.raises(FedpgmError, match="follow their parent"):
         TreeBagging.load(tmp_path / "m")
@@ -132,6 +133,29 @@ def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):
     (tmp_path / "r" / "trees.json").write_text(json.dumps(meta))
     with pytest.raises(FedpgmError, match="trees.json: unknown FC\\[DT\\] root 'vote'"):
         TreeBagging.load(tmp_path / "r")
+
+
+def test_bagged_trees_are_each_clients_mean_of_bootstrap_trees(cancer, tmp_path):
+    part = partition(cancer, "horizontal", 3, seed=0)
+    model = run(part, min_samples_leaf=3, trees=4)
+    assert model.info["trees_per_client"] == 4 and all(len(ts) == 4 for ts in model.trees.values())
+    X = {c.client_id: cancer.test[c.schema.feature_names].to_numpy(dtype=float) for c in part.clients}
+    experts = {c.client_id: np.mean([Tree.fit(c.train, c.schema, None, 3, b, bootstrap=True).predict_proba(X[c.client_id])
+                                     for b in range(4)], axis=0) for c in part.clients}
+    by_hand = sum(len(c.train) * experts[c.client_id] for c in part.clients) / len(cancer.train)
+    np.testing.assert_allclose(model.predict_proba(cancer.test), by_hand, atol=1e-12)
+    one = run(part, min_samples_leaf=3)
+    assert not np.allclose(one.predict_proba(cancer.test), by_hand)  # resampled trees differ from one tree
+    # under a product root each client's expert is its trees' mean, at its cross-validated leaf size
+    vertical = run(partition(cancer, "vertical", 2, seed=0, label_to="all"), trees=3)
+    assert vertical.combine == "product" and all(len(ts) == 3 for ts in vertical.trees.values())
+    assert all(len({t.min_samples_leaf for t in ts}) == 1 for ts in vertical.trees.values())
+    model.save(tmp_path / "bag")
+    back = TreeBagging.load(tmp_path / "bag")
+    assert {c: len(ts) for c, ts in back.trees.items()} == {c: 4 for c in model.trees}
+    np.testing.assert_array_equal(back.predict_proba(cancer.test), model.predict_proba(cancer.test))
+    with pytest.raises(FedpgmError, match="--trees 0: each client fits at least 1 tree"):
+        run(part, trees=0)
 
 
 def test_no_label_anywhere_is_refused(cancer):

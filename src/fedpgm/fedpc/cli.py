@@ -52,6 +52,8 @@ def fit(
                                                          "product root)")] = None,
     tree_root: Annotated[str, typer.Option(help="tree: auto (product over disjoint columns, else mean), "
                                                 "mean (the paper's bagging) or product")] = "auto",
+    trees: Annotated[int, typer.Option(help="tree: trees per client, each on a bootstrap resample of its "
+                                            "rows when above 1 (bagging inside the client)")] = 1,
     min_instances: Annotated[int, typer.Option(help="LearnSPN: min rows per slice")] = 100,
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram")] = "gaussian",
@@ -86,7 +88,8 @@ def fit(
                           "the clients, so use --placement server to save one")
     params = {"learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf,
                            "by_label": by_label},
-              "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root}}.get(
+              "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root,
+                       "trees": trees}}.get(
                   learner, {"leaf": leaf, "em_iterations": em_iterations, "restarts": restarts})
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,

@@ -2,9 +2,12 @@
 
 The FedPC paper notes that federated circuits are not restricted to probabilistic leaves:
 "parameterizing leaves by decision trees and introducing a node that performs averaging yields a
-bagging model" (its FC[DT] rows of Table 7). Here every client that holds the label fits one
-scikit-learn ``DecisionTreeClassifier`` on its own columns and rows (horizontal: all columns,
-its rows; vertical/hybrid: its columns, with the label shared to it), once. The root follows
+bagging model" (its FC[DT] rows of Table 7). Here every client that holds the label fits
+scikit-learn ``DecisionTreeClassifier``s on its own columns and rows (horizontal: all columns,
+its rows; vertical/hybrid: its columns, with the label shared to it), once: one tree on all its
+rows, or with ``trees`` = B > 1, B trees on bootstrap resamples of its rows, averaged into the
+client's expert (bagging inside the client; adult, horizontal x5, seed 0: one tree 0.853 /
+0.784 accuracy / macro-F1, 10 bootstrap trees 0.860 / 0.790). The root follows
 FedPC's semantics: over clients that hold the same columns it averages the trees' class
 probabilities weighted by row counts (a sum node, the paper's bagging, of deep trees: at least
 5 rows per leaf); over clients whose columns are disjoint (vertical) it multiplies them as
@@ -75,8 +78,9 @@ class Tree:
 
     @staticmethod
     def fit(frame: pd.DataFrame, schema: Schema, max_depth: int | None, min_samples_leaf: int | None,
-            seed: int) -> "Tree":
-        """Fit on ``frame``'s feature columns against ``schema.label`` (codes 0..K-1);
+            seed: int, bootstrap: bool = False) -> "Tree":
+        """Fit on ``frame``'s feature columns against ``schema.label`` (codes 0..K-1), or with
+        ``bootstrap`` on len(frame) rows drawn from it with replacement (by ``seed``);
         ``min_samples_leaf`` None: chosen by cross-validation (``choose_min_samples_leaf``)."""
         label = schema.label
         columns = schema.feature_names
@@ -84,6 +88,9 @@ class Tree:
             raise FedpgmError("a client holds only the label; FC[DT] needs at least one feature column")
         y = frame[label].to_numpy(dtype=int)
         X = frame[columns].to_numpy(dtype=float)
+        if bootstrap:
+            rows = np.random.default_rng(seed).integers(0, len(y), len(y))
+            X, y = X[rows], y[rows]
         if min_samples_leaf is None:
             min_samples_leaf = choose_min_samples_leaf(X, y, max_depth, seed)
         clf = DecisionTreeClassifier(max_depth=max_depth, min_samples_leaf=min_samples_leaf, random_state=seed)
@@ -126,10 +133,6 @@ class Tree:
             active[r] = self.left[node[r]] >= 0
         return self.proba[node]
 
-    def to_message(self) -> Message:
-        return Message("tree", {k: getattr(self, k) for k in ARRAYS},
-                       {"columns": self.columns, "weight": self.weight, "min_samples_leaf": self.min_samples_leaf})
-
     @staticmethod
     def from_arrays(arrays: dict, columns: list[str], weight: float, what: str) -> "Tree":
         tree = Tree(list(columns), *(np.asarray(arrays[k]) for k in ARRAYS[:-1]),
@@ -138,12 +141,29 @@ class Tree:
         return tree
 
 
-class TreeBagging:
-    """The FC[DT] model over client ``trees``: ``combine`` "mean" gives p(label | x) =
-    sum_k w_k tree_k(x_k) / sum_k w_k (w_k: rows); "product" gives p(label | x) proportional to
-    prod_k tree_k(x_k) / prior^(K-1), each tree's frequencies mixed with the prior (PRIOR_MIX)."""
+def trees_message(trees: list[Tree]) -> Message:
+    """One client's trees (over the same columns) as arrays ``{b}/{name}``."""
+    first = trees[0]
+    return Message("trees", {f"{b}/{k}": getattr(t, k) for b, t in enumerate(trees) for k in ARRAYS},
+                   {"columns": first.columns, "weight": first.weight, "trees": len(trees),
+                    "min_samples_leaf": first.min_samples_leaf})
 
-    def __init__(self, trees: dict[str, Tree], label: str, classes: list[str], info: dict | None = None,
+
+def trees_from_message(m: Message, what: str) -> list[Tree]:
+    n = m.config.get("trees")
+    if not isinstance(n, int) or n < 1 or any(f"{b}/{k}" not in m.arrays for b in range(n) for k in ARRAYS):
+        raise FedpgmError(f"{what}: the reply does not hold the trees it announces")
+    return [Tree.from_arrays({k: m.arrays[f"{b}/{k}"] for k in ARRAYS}, m.config["columns"], m.config["weight"],
+                             f"{what}, tree {b}") for b in range(n)]
+
+
+class TreeBagging:
+    """The FC[DT] model over each client's ``trees``. A client's expert p_k(label | x_k) is the
+    mean of its trees; ``combine`` "mean" gives p(label | x) = sum_k w_k p_k / sum_k w_k (w_k:
+    rows); "product" gives p(label | x) proportional to prod_k p_k / prior^(K-1), each expert's
+    probabilities mixed with the prior (PRIOR_MIX)."""
+
+    def __init__(self, trees: dict[str, list[Tree]], label: str, classes: list[str], info: dict | None = None,
                  combine: str = "mean") -> None:
         if combine not in COMBINES[1:]:
             raise FedpgmError(f"unknown FC[DT] root '{combine}'; use mean or product")
@@ -152,16 +172,20 @@ class TreeBagging:
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         """(rows, K) class probabilities; ``frame`` needs every column a tree splits on."""
-        total = sum(t.weight for t in self.trees.values())
-        prior = np.maximum(sum(t.weight / total * t.proba[0] for t in self.trees.values()), 1e-12)  # (K,)
+        weight = {c: ts[0].weight for c, ts in self.trees.items()}
+        total = sum(weight.values())
+        prior = np.maximum(sum(weight[c] / total * np.mean([t.proba[0] for t in ts], axis=0)
+                               for c, ts in self.trees.items()), 1e-12)  # (K,)
         out = np.zeros((len(frame), len(self.classes)))
-        for client, t in self.trees.items():
-            missing = [c for c in t.columns if c not in frame.columns]
+        for client, ts in self.trees.items():
+            columns = ts[0].columns
+            missing = [c for c in columns if c not in frame.columns]
             if missing:
-                raise FedpgmError(f"the rows lack column(s) {missing} that client '{client}'s tree uses")
-            p = t.predict_proba(frame[t.columns].to_numpy(dtype=float))
+                raise FedpgmError(f"the rows lack column(s) {missing} that client '{client}'s trees use")
+            X = frame[columns].to_numpy(dtype=float)
+            p = np.mean([t.predict_proba(X) for t in ts], axis=0)
             if self.combine == "mean":
-                out += t.weight / total * p
+                out += weight[client] / total * p
             else:
                 out += np.log((1 - PRIOR_MIX) * p + PRIOR_MIX * prior) - np.log(prior)
         if self.combine == "mean":
@@ -177,8 +201,10 @@ class TreeBagging:
         """``trees.json`` (structure) + ``trees.npz`` (arrays), written atomically."""
         meta = {"format": "fedpgm-fcdt-1", "label": self.label, "classes": self.classes, "info": self.info,
                 "combine": self.combine,
-                "trees": [{"client": c, "columns": t.columns, "weight": t.weight} for c, t in self.trees.items()]}
-        arrays = {f"{i}_{k}": getattr(t, k) for i, t in enumerate(self.trees.values()) for k in ARRAYS}
+                "trees": [{"client": c, "columns": t.columns, "weight": t.weight}
+                          for c, ts in self.trees.items() for t in ts]}
+        arrays = {f"{i}_{k}": getattr(t, k) for i, t in enumerate(t for ts in self.trees.values() for t in ts)
+                  for k in ARRAYS}
         with atomic_folder(folder) as tmp:
             (tmp / "trees.json").write_text(json.dumps(meta, indent=1))
             np.savez(tmp / "trees.npz", **arrays)
@@ -201,11 +227,15 @@ class TreeBagging:
             keys = {k: f"{i}_{k}" for k in ARRAYS}
             if any(v not in arrays for v in keys.values()):
                 raise FedpgmError(f"{folder}/trees.npz lacks the arrays of tree {i}")
-            trees[entry["client"]] = Tree.from_arrays({k: arrays[v] for k, v in keys.items()}, entry["columns"],
-                                                      entry["weight"], f"{folder}, tree {i}")
-            if trees[entry["client"]].proba.shape[1] != len(meta["classes"]):
-                raise FedpgmError(f"{folder}, tree {i}: {trees[entry['client']].proba.shape[1]} classes, "
+            tree = Tree.from_arrays({k: arrays[v] for k, v in keys.items()}, entry["columns"], entry["weight"],
+                                    f"{folder}, tree {i}")
+            if tree.proba.shape[1] != len(meta["classes"]):
+                raise FedpgmError(f"{folder}, tree {i}: {tree.proba.shape[1]} classes, "
                                   f"the model has {len(meta['classes'])}")
+            same = trees.setdefault(entry["client"], [])
+            if same and (tree.columns != same[0].columns or tree.weight != same[0].weight):
+                raise FedpgmError(f"{folder}, tree {i}: client '{entry['client']}'s trees differ in columns or rows")
+            same.append(tree)
         combine = meta.get("combine", "mean")  # files written before the product root: mean
         if combine not in COMBINES[1:]:
             raise FedpgmError(f"{folder}/trees.json: unknown FC[DT] root {combine!r}; expected mean or product")
@@ -213,17 +243,19 @@ class TreeBagging:
 
 
 def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: int | None = None,
-             seed: int = 0, combine: str = "auto") -> TreeBagging:
-    """FC[DT] in one round: every client holding the label fits its tree; the server joins them
-    (``combine`` "auto": product when the clients' columns are disjoint, mean otherwise;
-    ``min_samples_leaf`` None: 5 under a mean root, each client's cross-validated choice under a
-    product root)."""
+             seed: int = 0, combine: str = "auto", trees: int = 1) -> TreeBagging:
+    """FC[DT] in one round: every client holding the label fits its tree (``trees`` > 1: that
+    many bootstrap trees); the server joins them (``combine`` "auto": product when the clients'
+    columns are disjoint, mean otherwise; ``min_samples_leaf`` None: 5 under a mean root, each
+    client's cross-validated choice under a product root)."""
     t0 = time.perf_counter()
     if combine not in COMBINES:
         raise FedpgmError(f"unknown FC[DT] root '{combine}'; use one of {list(COMBINES)}")
     if (min_samples_leaf is not None and min_samples_leaf < 1) or (max_depth is not None and max_depth < 1):
         raise FedpgmError("FC[DT] needs min_samples_leaf >= 1 (or none: chosen for the root) and "
                           "max_depth >= 1 (or none)")
+    if not isinstance(trees, int) or trees < 1:
+        raise FedpgmError(f"--trees {trees}: each client fits at least 1 tree")
     described = fed.broadcast("describe").require_all()
     schemas = {c: Schema.from_dict(m.config["schema"]) for c, m in described.items()}
     labels = {s.label for s in schemas.values() if s.label is not None}
@@ -239,15 +271,14 @@ def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: in
     if min_samples_leaf is None and combine == "mean":
         min_samples_leaf = BAGGING_LEAF
     replies = fed.broadcast("fit_tree", config={"max_depth": max_depth, "min_samples_leaf": min_samples_leaf,
-                                                "seed": seed}, clients=holders).require_all()
-    trees = {c: Tree.from_arrays(m.arrays, m.config["columns"], m.config["weight"], f"client '{c}'")
-             for c, m in sorted(replies.items())}
+                                                "seed": seed, "trees": trees}, clients=holders).require_all()
+    fitted = {c: trees_from_message(m, f"client '{c}'") for c, m in sorted(replies.items())}
     label = labels.pop()
     classes = list(schemas[holders[0]][label].categories)
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
-    info = {"clients_with_trees": sorted(trees), "train_seconds": time.perf_counter() - t0,
+    info = {"clients_with_trees": sorted(fitted), "trees_per_client": trees, "train_seconds": time.perf_counter() - t0,
             "client_seconds": client_seconds, "combine": combine,
             "min_samples_leaf": {c: m.config.get("min_samples_leaf") for c, m in sorted(replies.items())},
             "critical_path_seconds": max(client_seconds.values()),
             "communication": fed.ledger.totals()}
-    return TreeBagging(trees, label, classes, info, combine)
+    return TreeBagging(fitted, label, classes, info, combine)
