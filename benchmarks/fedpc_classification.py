@@ -2,9 +2,10 @@
 
 Per dataset and seed, on the same splits: FC[PC] (FedPC, p(label | features) from the joint)
 for horizontal 5/10 (iid), vertical 2/3 and hybrid 2/3 clients (label at client-0); FC[DT]
-(``fedpgm.fedpc.trees``: one decision tree per client; averaged over clients holding the same
+(``fedpgm.fedpc.trees``: one decision tree per client, or with ``--ensemble boosting``
+gradient-boosted trees; averaged over clients holding the same
 columns, with leaves of at least 5 rows, multiplied as experts over disjoint ones (vertical),
-each client choosing its leaf size by 5-fold cross-validation; in vertical and hybrid splits the
+bagged trees choosing their leaf size by 5-fold cross-validation; in vertical and hybrid splits the
 label is shared with every client, since a tree needs it); FedAvg of
 an MLP (100 rounds, horizontal) and SplitNN with an MLP per client (20 epochs, vertical),
 both through fedpgm's runtime; and scikit-learn's HistGradientBoostingClassifier on the pooled
@@ -64,11 +65,11 @@ def run_seed(name: str, seed: int, args) -> dict:
             trees_part = partition(ds, split, k, seed,
                                    **({"label_to": "all"} if split != "horizontal" else options(split)))
             with InProcessFederation(trees_part, "fedpgm.fedpc.client:HANDLERS") as fed:
-                bag = fit_fcdt(fed, seed=seed, combine=args.tree_root, trees=args.trees)
+                bag = fit_fcdt(fed, seed=seed, combine=args.tree_root, trees=args.trees, ensemble=args.ensemble)
             comm = bag.info["communication"]
             out[f"FC[DT] {split} x{k}"] = classification(bag.predict_proba(ds.test), truth) | {
                 "bytes": comm["bytes_up"] + comm["bytes_down"], "root": bag.combine,
-                "min_samples_leaf": bag.info["min_samples_leaf"]}
+                "min_samples_leaf": bag.info["min_samples_leaf"], "trees_fitted": bag.info["trees_fitted"]}
         part = partition(ds, split, k, seed, **options(split))
         if "mlp" in args.methods and split == "horizontal":
             with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS") as fed:
@@ -130,7 +131,11 @@ def main() -> None:
                          "(HGB always runs; the last two need bash scripts/install_peers.sh)")
     ap.add_argument("--tree-root", choices=["auto", "mean", "product"], default="auto",
                     help="FC[DT]'s root: auto = product over disjoint columns (vertical), else mean")
-    ap.add_argument("--trees", type=int, default=1, help="FC[DT]: trees per client (bootstrap resamples when > 1)")
+    ap.add_argument("--ensemble", choices=["bagging", "boosting"], default="bagging",
+                    help="FC[DT]: each client's expert, decision trees or gradient-boosted trees")
+    ap.add_argument("--trees", type=int, default=None,
+                    help="FC[DT]: trees per client (bagging: default 1, bootstrap resamples when > 1; "
+                         "boosting: the most stages, default 100)")
     ap.add_argument("--peers", action="store_true", help="shorthand for adding fedtree and tabnet to --methods")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -150,7 +155,7 @@ def main() -> None:
             table[name][method] = cell
     emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds,
           "min_instances_slice": args.min_instances, "by_label": args.by_label, "leaf": args.leaf,
-          "tree_root": args.tree_root, "trees_per_client": args.trees, "methods": args.methods, "fedavg_rounds": args.rounds,
+          "tree_root": args.tree_root, "ensemble": args.ensemble, "trees_per_client": args.trees, "methods": args.methods, "fedavg_rounds": args.rounds,
           "splitnn_epochs": args.epochs, "table": table}, args.out)
     if args.out:
         bar_panels(table, Path(args.out).with_suffix(".png"), "bytes", "bytes to train (log scale)", log=True,

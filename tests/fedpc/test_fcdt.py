@@ -3,12 +3,13 @@ import json
 
 import numpy as np
 import pytest
+from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.tree import DecisionTreeClassifier
 
 from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation, PrivacyAudit
-from fedpgm.fedpc.trees import LEAF_SIZES, PRIOR_MIX, Tree, TreeBagging, choose_min_samples_leaf, fit_fcdt
+from fedpgm.fedpc.trees import BOOSTING, LEAF_SIZES, PRIOR_MIX, Expert, TreeCircuit, choose_min_samples_leaf, fit_fcdt
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 
@@ -18,7 +19,7 @@ def cancer():
     return load_dataset("breast_cancer", seed=0)
 
 
-def run(part, **kw) -> TreeBagging:
+def run(part, **kw) -> TreeCircuit:
     audit = PrivacyAudit(part)
     with InProcessFederation(part, HANDLERS, mode="sequential", audit=audit) as fed:
         model = fit_fcdt(fed, **kw)
@@ -32,7 +33,7 @@ def test_the_tree_walk_equals_scikit_learn_including_missing_values(cancer):
     X[::7, 3] = np.nan  # trees learn where missing values go
     frame = cancer.train.copy()
     frame[schema.feature_names] = X
-    tree = Tree.fit(frame, schema, max_depth=6, min_samples_leaf=3, seed=0)
+    tree = Expert.fit(frame, schema, "bagging", max_depth=6, min_samples_leaf=3, seed=0, trees=1)
     clf = DecisionTreeClassifier(max_depth=6, min_samples_leaf=3, random_state=0).fit(X, frame[schema.label])
     test = cancer.test[schema.feature_names].to_numpy(dtype=float, copy=True)
     test[::5, 3] = np.nan
@@ -42,9 +43,9 @@ def test_the_tree_walk_equals_scikit_learn_including_missing_values(cancer):
 def test_horizontal_fcdt_is_the_row_weighted_average_of_client_trees(cancer):
     part = partition(cancer, "horizontal", 5, seed=0)
     model = run(part, min_samples_leaf=3)
-    assert sorted(model.trees) == [c.client_id for c in part.clients]
+    assert sorted(model.experts) == [c.client_id for c in part.clients]
     proba = model.predict_proba(cancer.test)
-    by_hand = sum(len(c.train) * Tree.fit(c.train, c.schema, None, 3, 0).predict_proba(
+    by_hand = sum(len(c.train) * Expert.fit(c.train, c.schema, "bagging", None, 3, 0, 1).predict_proba(
         cancer.test[c.schema.feature_names].to_numpy(dtype=float)) for c in part.clients) / len(cancer.train)
     np.testing.assert_allclose(proba, by_hand, atol=1e-12)
     accuracy = float((proba.argmax(1) == cancer.test[cancer.schema.label].to_numpy()).mean())
@@ -56,10 +57,10 @@ def test_horizontal_fcdt_is_the_row_weighted_average_of_client_trees(cancer):
 def test_vertical_needs_the_label_at_the_clients_that_grow_trees(cancer):
     shared = partition(cancer, "vertical", 3, seed=0, label_to="all")
     model = run(shared)
-    assert len(model.trees) == 3 and all(len(ts) == 1 and len(ts[0].columns) < len(cancer.schema.feature_names)
-                                         for ts in model.trees.values())
+    assert len(model.experts) == 3 and all(len(e.trees) == 1 and len(e.columns) < len(cancer.schema.feature_names)
+                                           for e in model.experts.values())
     one = run(partition(cancer, "vertical", 3, seed=0, label_to="client-1"))
-    assert list(one.trees) == ["client-1"]
+    assert list(one.experts) == ["client-1"]
     accuracy = float((model.predict(cancer.test) == cancer.test[cancer.schema.label].to_numpy()).mean())
     assert accuracy > 0.9
 
@@ -70,7 +71,7 @@ def test_vertical_root_multiplies_the_client_trees_as_experts(cancer):
     assert model.combine == "product" and model.info["combine"] == "product"
     prior = np.bincount(cancer.labels("train")) / len(cancer.train)
     logp = np.log(prior) + sum(
-        np.log((1 - PRIOR_MIX) * Tree.fit(c.train, c.schema, None, 10, 0).predict_proba(
+        np.log((1 - PRIOR_MIX) * Expert.fit(c.train, c.schema, "bagging", None, 10, 0, 1).predict_proba(
             cancer.test[c.schema.feature_names].to_numpy(dtype=float)) + PRIOR_MIX * prior) - np.log(prior)
         for c in part.clients)
     by_hand = np.exp(logp) / np.exp(logp).sum(axis=1, keepdims=True)
@@ -110,49 +111,67 @@ def test_leaf_size_follows_the_root(cancer):
 def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):
     model = run(partition(cancer, "horizontal", 3, seed=1))
     model.save(tmp_path / "m")
-    back = TreeBagging.load(tmp_path / "m")
+    back = TreeCircuit.load(tmp_path / "m")
     np.testing.assert_array_equal(back.predict_proba(cancer.test), model.predict_proba(cancer.test))
     meta = json.loads((tmp_path / "m" / "trees.json").read_text())
-    meta["trees"][0]["columns"] = meta["trees"][0]["columns"][:1]  # splits now name unknown columns
+    columns = meta["experts"][0]["columns"]
+    meta["experts"][0]["columns"] = columns[:1]  # splits now name unknown columns
     (tmp_path / "m" / "trees.json").write_text(json.dumps(meta))
-    with pytest.raises(FedpgmError, match="outside"):
-        TreeBagging.load(tmp_path / "m")
+    with pytest.raises(FedpgmError, match="fills for 30 columns, the expert has 1"):
+        TreeCircuit.load(tmp_path / "m")
+    meta["experts"][0]["columns"] = columns
+    (tmp_path / "m" / "trees.json").write_text(json.dumps(meta))
     with np.load(tmp_path / "m" / "trees.npz") as z:
         arrays = dict(z)
-    arrays["0_left"][0] = 0  # a node that is its own child: a walk would never end
+    arrays["0_0_feature"][0] = 30  # a split on a column the client does not hold
     np.savez(tmp_path / "m" / "trees.npz", **arrays)
-    meta["trees"][0]["columns"] = model.trees[meta["trees"][0]["client"]][0].columns
-    (tmp_path / "m" / "trees.json").write_text(json.dumps(meta))
+    with pytest.raises(FedpgmError, match="a split names a column outside the client's 30"):
+        TreeCircuit.load(tmp_path / "m")
+    arrays["0_0_feature"][0] = back.experts[meta["experts"][0]["client"]].trees[0].feature[0]
+    arrays["0_0_left"][0] = 0  # a node that is its own child: a walk would never end
+    np.savez(tmp_path / "m" / "trees.npz", **arrays)
     with pytest.raises(FedpgmError, match="follow their parent"):
-        TreeBagging.load(tmp_path / "m")
+        TreeCircuit.load(tmp_path / "m")
     with pytest.raises(FedpgmError, match="not an FC\\[DT\\] model folder"):
-        TreeBagging.load(tmp_path / "nothing")
+        TreeCircuit.load(tmp_path / "nothing")
     model.save(tmp_path / "r")
     meta = json.loads((tmp_path / "r" / "trees.json").read_text())
     meta["combine"] = "vote"
     (tmp_path / "r" / "trees.json").write_text(json.dumps(meta))
     with pytest.raises(FedpgmError, match="trees.json: unknown FC\\[DT\\] root 'vote'"):
-        TreeBagging.load(tmp_path / "r")
+        TreeCircuit.load(tmp_path / "r")
+    meta["format"] = "fedpgm-fcdt-1"  # per-tree entries, before per-client experts
+    (tmp_path / "r" / "trees.json").write_text(json.dumps(meta))
+    with pytest.raises(FedpgmError, match="format 'fedpgm-fcdt-1', expected 'fedpgm-fcdt-2'\\); fit it again"):
+        TreeCircuit.load(tmp_path / "r")
+
+
+def bootstrap_tree(client, b: int) -> DecisionTreeClassifier:
+    """Tree b of a client's bagged expert, by hand: rows drawn with replacement by seed b."""
+    X = client.train[client.schema.feature_names].to_numpy(dtype=float)
+    y = client.train[client.schema.label].to_numpy(dtype=int)
+    rows = np.random.default_rng(b).integers(0, len(y), len(y))
+    return DecisionTreeClassifier(min_samples_leaf=3, random_state=b).fit(X[rows], y[rows])
 
 
 def test_bagged_trees_are_each_clients_mean_of_bootstrap_trees(cancer, tmp_path):
     part = partition(cancer, "horizontal", 3, seed=0)
     model = run(part, min_samples_leaf=3, trees=4)
-    assert model.info["trees_per_client"] == 4 and all(len(ts) == 4 for ts in model.trees.values())
+    assert model.info["trees_per_client"] == 4 and all(len(e.trees) == 4 for e in model.experts.values())
     X = {c.client_id: cancer.test[c.schema.feature_names].to_numpy(dtype=float) for c in part.clients}
-    experts = {c.client_id: np.mean([Tree.fit(c.train, c.schema, None, 3, b, bootstrap=True).predict_proba(X[c.client_id])
-                                     for b in range(4)], axis=0) for c in part.clients}
+    experts = {c.client_id: np.mean([bootstrap_tree(c, b).predict_proba(X[c.client_id]) for b in range(4)], axis=0)
+               for c in part.clients}
     by_hand = sum(len(c.train) * experts[c.client_id] for c in part.clients) / len(cancer.train)
     np.testing.assert_allclose(model.predict_proba(cancer.test), by_hand, atol=1e-12)
     one = run(part, min_samples_leaf=3)
     assert not np.allclose(one.predict_proba(cancer.test), by_hand)  # resampled trees differ from one tree
     # under a product root each client's expert is its trees' mean, at its cross-validated leaf size
     vertical = run(partition(cancer, "vertical", 2, seed=0, label_to="all"), trees=3)
-    assert vertical.combine == "product" and all(len(ts) == 3 for ts in vertical.trees.values())
-    assert all(len({t.min_samples_leaf for t in ts}) == 1 for ts in vertical.trees.values())
+    assert vertical.combine == "product" and all(len(e.trees) == 3 for e in vertical.experts.values())
+    assert set(vertical.info["min_samples_leaf"]) == set(vertical.experts)  # one cross-validated size each
     model.save(tmp_path / "bag")
-    back = TreeBagging.load(tmp_path / "bag")
-    assert {c: len(ts) for c, ts in back.trees.items()} == {c: 4 for c in model.trees}
+    back = TreeCircuit.load(tmp_path / "bag")
+    assert {c: len(e.trees) for c, e in back.experts.items()} == {c: 4 for c in model.experts}
     np.testing.assert_array_equal(back.predict_proba(cancer.test), model.predict_proba(cancer.test))
     with pytest.raises(FedpgmError, match="--trees 0: each client fits at least 1 tree"):
         run(part, trees=0)
@@ -162,3 +181,53 @@ def test_no_label_anywhere_is_refused(cancer):
     unlabelled = dataclasses.replace(cancer, schema=cancer.schema.with_label(None))
     with pytest.raises(FedpgmError, match="no client holds the label"):
         run(partition(unlabelled, "horizontal", 2, seed=0))
+
+
+def by_hand_boosting(frame, schema, stages: int, fill: np.ndarray) -> GradientBoostingClassifier:
+    """scikit-learn's own boosting, with the expert's settings, on median-filled rows."""
+    X = frame[schema.feature_names].to_numpy(dtype=float)
+    return GradientBoostingClassifier(**BOOSTING | {"n_estimators": stages, "random_state": 0}).fit(
+        np.where(np.isnan(X), fill, X), frame[schema.label].to_numpy(dtype=int))
+
+
+@pytest.mark.parametrize("name", ["breast_cancer", "wine"])
+def test_boosted_expert_equals_scikit_learns_gradient_boosting(name):
+    ds = load_dataset(name, seed=0)
+    schema, frame = ds.schema, ds.train.copy()
+    columns = schema.feature_names
+    frame.loc[frame.index[::6], columns[2]] = np.nan  # filled with the client's median, before and after
+    expert = Expert.fit(frame, schema, "boosting", None, None, seed=0, trees=60)
+    np.testing.assert_allclose(expert.fill[2], np.nanmedian(frame[columns[2]]))
+    clf = by_hand_boosting(frame, schema, 60, expert.fill)
+    test = ds.test[columns].to_numpy(dtype=float, copy=True)
+    test[::4, 2] = np.nan
+    filled = np.where(np.isnan(test), expert.fill, test)
+    np.testing.assert_allclose(expert.predict_proba(test), clf.predict_proba(filled), atol=1e-10)
+    per_stage = 1 if schema[schema.label].cardinality == 2 else schema[schema.label].cardinality
+    assert len(expert.trees) == clf.n_estimators_ * per_stage  # early stopping may end before 60 stages
+    print(f"{name}: {clf.n_estimators_} boosting stages")
+    one_class = frame[frame[schema.label] == 0]  # nothing to boost: smoothed class frequencies
+    alone = Expert.fit(one_class, schema, "boosting", None, None, seed=0, trees=60)
+    k = schema[schema.label].cardinality
+    expected = np.array([len(one_class) + 1.0] + [1.0] * (k - 1)) / (len(one_class) + k)
+    assert alone.trees == [] and np.allclose(alone.predict_proba(test[:3]), expected)
+
+
+def test_boosted_fcdt_joins_each_clients_boosted_expert(cancer, tmp_path):
+    part = partition(cancer, "horizontal", 3, seed=0)
+    model = run(part, ensemble="boosting", trees=40)
+    assert model.info["ensemble"] == "boosting" and model.combine == "mean"
+    assert all(0 < n <= 40 for n in model.info["trees_fitted"].values())
+    by_hand = sum(len(c.train) * by_hand_boosting(c.train, c.schema, 40, np.zeros(30)).predict_proba(
+        cancer.test[c.schema.feature_names].to_numpy(dtype=float)) for c in part.clients) / len(cancer.train)
+    proba = model.predict_proba(cancer.test)
+    np.testing.assert_allclose(proba, by_hand, atol=1e-10)
+    accuracy = float((proba.argmax(1) == cancer.test[cancer.schema.label].to_numpy()).mean())
+    print(f"boosted FC[DT] horizontal x3 breast cancer accuracy {accuracy:.3f}")
+    assert accuracy > 0.9
+    model.save(tmp_path / "boost")
+    np.testing.assert_array_equal(TreeCircuit.load(tmp_path / "boost").predict_proba(cancer.test), proba)
+    vertical = run(partition(cancer, "vertical", 2, seed=0, label_to="all"), ensemble="boosting")
+    assert vertical.combine == "product" and vertical.info["trees_per_client"] == 100
+    with pytest.raises(FedpgmError, match="unknown FC\\[DT\\] ensemble 'stacking'"):
+        run(part, ensemble="stacking")

@@ -55,3 +55,14 @@ def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path):
     code, _, err = cli("fedpc", "fit", f"csv:{table}", "--split", "horizontal", "--clients", "2",
                        "--learner", "tree", "--json", tmp_path / "x.json")
     assert code == 2 and "no label" in err and not (tmp_path / "x.json").exists()
+    boosted = tmp_path / "b.json"
+    code, _, err = cli("fedpc", "fit", "breast_cancer", "--split", "horizontal", "--clients", "2", "--learner", "tree",
+                       "--ensemble", "boosting", "--trees", "30", "--json", boosted)
+    assert code == 0, err
+    r = json.loads(boosted.read_text())
+    assert r["ensemble"] == "boosting" and r["trees_per_client"] == 30 and r["accuracy"] > 0.9
+    assert all(0 < n <= 30 for n in r["trees_fitted"].values())
+    code, _, err = cli("fedpc", "fit", "breast_cancer", "--split", "horizontal", "--clients", "2", "--learner", "tree",
+                       "--ensemble", "stacking", "--out", tmp_path / "s", "--json", tmp_path / "s.json")
+    assert code == 2 and "unknown FC[DT] ensemble 'stacking'" in err
+    assert not (tmp_path / "s").exists() and not (tmp_path / "s.json").exists()

@@ -52,8 +52,11 @@ def fit(
                                                          "product root)")] = None,
     tree_root: Annotated[str, typer.Option(help="tree: auto (product over disjoint columns, else mean), "
                                                 "mean (the paper's bagging) or product")] = "auto",
-    trees: Annotated[int, typer.Option(help="tree: trees per client, each on a bootstrap resample of its "
-                                            "rows when above 1 (bagging inside the client)")] = 1,
+    ensemble: Annotated[str, typer.Option(help="tree: each client's expert, bagging (decision trees) or "
+                                               "boosting (gradient-boosted trees)")] = "bagging",
+    trees: Annotated[Optional[int], typer.Option(help="tree: trees per client; bagging: default 1, each on a "
+                                                      "bootstrap resample when above 1; boosting: the most "
+                                                      "stages, default 100, early-stopped")] = None,
     min_instances: Annotated[int, typer.Option(help="LearnSPN: min rows per slice")] = 100,
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram")] = "gaussian",
@@ -89,7 +92,7 @@ def fit(
     params = {"learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf,
                            "by_label": by_label},
               "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root,
-                       "trees": trees}}.get(
+                       "trees": trees, "ensemble": ensemble}}.get(
                   learner, {"leaf": leaf, "em_iterations": em_iterations, "restarts": restarts})
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
@@ -100,8 +103,8 @@ def fit(
         from fedpgm.fedpc.experiment import run_fcdt
 
         _, report = run_fcdt(ds, settings, out)
-        console.print(summary_line(report) + f"; {report['combine']} root over the trees of "
-                                             f"{report['clients_with_trees']}")
+        console.print(summary_line(report) + f"; {report['combine']} root over the {report['ensemble']} "
+                                             f"experts of {report['clients_with_trees']}")
         if out is not None:
             console.print(f"saved the model to {out}")
         if json_out is not None:

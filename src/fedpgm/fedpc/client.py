@@ -10,7 +10,8 @@
   row id: memberships, not data.
 - ``loglik``: per-row log-likelihoods of the kept circuits for query rows the server sends
   (only the columns this client holds); split placement evaluates the FedPC this way.
-- ``fit_tree``: FC[DT]'s decision tree(s) on this client's columns and labelled rows, as arrays.
+- ``fit_tree``: FC[DT]'s expert (bagged or boosted decision trees) on this client's columns and
+  labelled rows, as arrays.
 
 Timings in replies (``seconds``) are this process's CPU time, i.e. the time the work takes on a
 machine of its own, whatever else shares this one.
@@ -31,7 +32,7 @@ from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
-from fedpgm.fedpc.trees import Tree, choose_min_samples_leaf, trees_message
+from fedpgm.fedpc.trees import Expert, expert_message
 
 HANDLERS = HandlerSet("fedpc")
 FOLDER = "fedpc"
@@ -154,23 +155,16 @@ def loglik(request: Message, ctx: ClientContext) -> Message:
 
 @HANDLERS.train("fit_tree")
 def fit_tree(request: Message, ctx: ClientContext) -> Message:
-    """FC[DT]: one decision tree on this client's columns and labelled rows, or ``trees`` of them
-    on bootstrap resamples (``fedpc.trees``)."""
+    """FC[DT]: this client's expert (bagged or boosted trees, ``fedpc.trees``) on its columns and
+    labelled rows, as arrays."""
     cfg = request.config
     schema = ctx.data.schema
     if schema.label is None:
         raise FedpgmError(f"client '{ctx.client_id}' holds no label; it cannot fit an FC[DT] tree")
     start = time.process_time()
-    leaf, seed, n = cfg.get("min_samples_leaf"), int(cfg["seed"]), int(cfg.get("trees", 1))
-    if n == 1:
-        trees = [Tree.fit(ctx.data.train, schema, cfg["max_depth"], None if leaf is None else int(leaf), seed)]
-    else:  # the leaf size is chosen once, on all rows; then one tree per bootstrap resample
-        if leaf is None:
-            rows = ctx.data.train
-            leaf = choose_min_samples_leaf(rows[schema.feature_names].to_numpy(dtype=float),
-                                           rows[schema.label].to_numpy(dtype=int), cfg["max_depth"], seed)
-        trees = [Tree.fit(ctx.data.train, schema, cfg["max_depth"], int(leaf), seed + b, bootstrap=True)
-                 for b in range(n)]
-    msg = trees_message(trees)
+    leaf = cfg.get("min_samples_leaf")
+    expert = Expert.fit(ctx.data.train, schema, cfg.get("ensemble", "bagging"), cfg["max_depth"],
+                        None if leaf is None else int(leaf), int(cfg["seed"]), int(cfg.get("trees", 1)))
+    msg = expert_message(expert)
     msg.config["seconds"] = time.process_time() - start
     return msg

@@ -31,7 +31,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.server import fit_fedpc, learner_params
-from fedpgm.fedpc.trees import TreeBagging, fit_fcdt
+from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 BACKENDS = ("inprocess", "flower")
@@ -166,10 +166,10 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
     return model, report
 
 
-def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) -> tuple[TreeBagging, dict]:
+def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) -> tuple[TreeCircuit, dict]:
     """FC[DT] (``fedpgm.fedpc.trees``) on the same partition; ``settings.params`` may hold
-    ``max_depth``, ``min_samples_leaf``, ``combine`` and ``trees`` (per client). A classifier: the report
-    has no log-likelihoods."""
+    ``max_depth``, ``min_samples_leaf``, ``combine``, ``ensemble`` and ``trees`` (per client). A
+    classifier: the report has no log-likelihoods."""
     if ds.schema.label is None:
         raise FedpgmError(f"FC[DT] is a classifier; {ds.name} has no label (choose one with --label)")
     if settings.backend != "inprocess":
@@ -178,7 +178,8 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     wall = time.perf_counter()
     with InProcessFederation(part, HANDLERS) as fed:
         model = fit_fcdt(fed, settings.params.get("max_depth"), settings.params.get("min_samples_leaf"),
-                         settings.seed, settings.params.get("combine", "auto"), settings.params.get("trees", 1))
+                         settings.seed, settings.params.get("combine", "auto"), settings.params.get("trees"),
+                         settings.params.get("ensemble", "bagging"))
     wall = time.perf_counter() - wall
     if out is not None:
         model.save(out)
@@ -190,7 +191,8 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
               "train_seconds": model.info["train_seconds"], "federated_wall_seconds": wall,
               "critical_path_seconds": model.info["critical_path_seconds"],
               "clients_with_trees": model.info["clients_with_trees"], "combine": model.combine,
-              "trees_per_client": model.info["trees_per_client"],
+              "ensemble": model.info["ensemble"], "trees_per_client": model.info["trees_per_client"],
+              "trees_fitted": model.info["trees_fitted"],
               "min_samples_leaf": model.info["min_samples_leaf"], "bytes_up": comm["bytes_up"],
               "bytes_down": comm["bytes_down"], "messages": comm["messages"], "rounds": comm["rounds"],
               "n_train": len(ds.train), "n_test": len(ds.test)}
