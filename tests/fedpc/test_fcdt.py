@@ -231,3 +231,34 @@ def test_boosted_fcdt_joins_each_clients_boosted_expert(cancer, tmp_path):
     assert vertical.combine == "product" and vertical.info["trees_per_client"] == 100
     with pytest.raises(FedpgmError, match="unknown FC\\[DT\\] ensemble 'stacking'"):
         run(part, ensemble="stacking")
+
+
+def test_hybrid_product_root_divides_by_the_shared_columns_reference(cancer, tmp_path):
+    """Hybrid clients share some columns: p(y | x) is proportional to r prod_k p_k / r with r the
+    row-weighted mean of the clients' boosted experts on the shared columns."""
+    part = partition(cancer, "hybrid", 2, seed=0, label_to="all")
+    model = run(part, ensemble="boosting", trees=30)
+    shared = [c for c in cancer.schema.feature_names if c in part.params["shared_columns"]]
+    assert model.combine == "product" and model.info["reference_columns"] == shared
+    assert sorted(model.references) == ["client-0", "client-1"]
+    total = sum(len(c.train) for c in part.clients)
+    label = cancer.schema.label
+
+    def boosted(c, schema):
+        return by_hand_boosting(c.train, schema, 30, np.zeros(len(schema.feature_names))).predict_proba(
+            cancer.test[schema.feature_names].to_numpy(dtype=float))
+
+    ref = sum(len(c.train) / total * boosted(c, c.schema.select(shared + [label])) for c in part.clients)
+    logp = np.log(ref) + sum(np.log((1 - PRIOR_MIX) * boosted(c, c.schema) + PRIOR_MIX * ref) - np.log(ref)
+                             for c in part.clients)
+    by_hand = np.exp(logp) / np.exp(logp).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(model.predict_proba(cancer.test), by_hand, atol=1e-10)
+    model.save(tmp_path / "hybrid")
+    back = TreeCircuit.load(tmp_path / "hybrid")
+    assert sorted(back.references) == sorted(model.references)
+    np.testing.assert_array_equal(back.predict_proba(cancer.test), model.predict_proba(cancer.test))
+    bagged = run(part, min_samples_leaf=10)
+    assert bagged.combine == "mean" and not bagged.references  # bagged trees: the mean unless asked
+    assert run(part, min_samples_leaf=10, combine="product").references
+    with pytest.raises(FedpgmError, match="a product root needs at least two label holders"):
+        run(partition(cancer, "horizontal", 2, seed=0), combine="product")

@@ -156,15 +156,19 @@ def loglik(request: Message, ctx: ClientContext) -> Message:
 @HANDLERS.train("fit_tree")
 def fit_tree(request: Message, ctx: ClientContext) -> Message:
     """FC[DT]: this client's expert (bagged or boosted trees, ``fedpc.trees``) on its columns and
-    labelled rows, as arrays."""
+    labelled rows, and with ``reference_columns`` a second one on those (shared) columns only, as
+    arrays."""
     cfg = request.config
     schema = ctx.data.schema
     if schema.label is None:
         raise FedpgmError(f"client '{ctx.client_id}' holds no label; it cannot fit an FC[DT] tree")
     start = time.process_time()
     leaf = cfg.get("min_samples_leaf")
-    expert = Expert.fit(ctx.data.train, schema, cfg.get("ensemble", "bagging"), cfg["max_depth"],
-                        None if leaf is None else int(leaf), int(cfg["seed"]), int(cfg.get("trees", 1)))
-    msg = expert_message(expert)
+    shared = list(cfg.get("reference_columns") or [])
+    fits = [schema] + ([schema.select(shared + [schema.label])] if shared else [])
+    experts = [Expert.fit(ctx.data.train, s, cfg.get("ensemble", "bagging"), cfg["max_depth"],
+                          None if leaf is None else int(leaf), int(cfg["seed"]), int(cfg.get("trees", 1)))
+               for s in fits]
+    msg = expert_message(*experts)
     msg.config["seconds"] = time.process_time() - start
     return msg
