@@ -22,8 +22,9 @@ accuracy 0.837, macro-F1 0.744; product root with cross-validated leaves: 0.852,
 trees instead (scikit-learn's ``GradientBoostingClassifier``, whose fitted trees are public
 tree arrays, unlike HistGradientBoosting's, given the latter's tree shape and early-stopped on a
 tenth of the client's rows): still one message per client, joined by
-the same root. Adult, seed 0, accuracy / macro-F1: horizontal x5 0.869 / 0.806, vertical x2
-0.864 / 0.808 (one bagged tree per client: 0.853 / 0.784, 0.852 / 0.791).
+the same root (``plan_root``). Adult, 3 seeds, accuracy / macro-F1: horizontal x5 0.869 / 0.806,
+vertical x2 0.860 / 0.807, hybrid x3 0.850 / 0.788 (one bagged tree per client: 0.852 / 0.783,
+0.846 / 0.787, 0.834 / 0.746; docs/fedpc.md).
 
 A tree travels as arrays (children, split feature and threshold, missing-value direction, node
 values): a model, never rows. It is evaluated here by a vectorised walk (one step per tree level
