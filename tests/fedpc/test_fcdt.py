@@ -184,9 +184,12 @@ def test_no_label_anywhere_is_refused(cancer):
 
 
 def by_hand_boosting(frame, schema, stages: int, fill: np.ndarray) -> GradientBoostingClassifier:
-    """scikit-learn's own boosting, with the expert's settings, on median-filled rows."""
+    """scikit-learn's own boosting, with the expert's settings (leaves of at most a tenth of the
+    rows), on median-filled rows."""
     X = frame[schema.feature_names].to_numpy(dtype=float)
-    return GradientBoostingClassifier(**BOOSTING | {"n_estimators": stages, "random_state": 0}).fit(
+    leaf = min(BOOSTING["min_samples_leaf"], len(X) // 10)
+    return GradientBoostingClassifier(**BOOSTING | {"n_estimators": stages, "random_state": 0,
+                                                    "min_samples_leaf": leaf}).fit(
         np.where(np.isnan(X), fill, X), frame[schema.label].to_numpy(dtype=int))
 
 
@@ -198,6 +201,7 @@ def test_boosted_expert_equals_scikit_learns_gradient_boosting(name):
     frame.loc[frame.index[::6], columns[2]] = np.nan  # filled with the client's median, before and after
     expert = Expert.fit(frame, schema, "boosting", None, None, seed=0, trees=60)
     np.testing.assert_allclose(expert.fill[2], np.nanmedian(frame[columns[2]]))
+    assert expert.min_samples_leaf == min(20, len(frame) // 10)  # wine: 142 rows, leaves of 14
     clf = by_hand_boosting(frame, schema, 60, expert.fill)
     test = ds.test[columns].to_numpy(dtype=float, copy=True)
     test[::4, 2] = np.nan

@@ -199,7 +199,9 @@ class Expert:
             min_samples_leaf: int | None, seed: int, trees: int) -> "Expert":
         """Fit on ``frame``'s feature columns against ``schema.label`` (codes 0..K-1).
         ``min_samples_leaf`` None: bagging chooses it by cross-validation
-        (``choose_min_samples_leaf``, once, on all rows), boosting uses ``BOOSTING``'s."""
+        (``choose_min_samples_leaf``, once, on all rows), boosting uses ``BOOSTING``'s, at most a
+        tenth of the rows (as bagging's candidates): a client of 45 rows would otherwise grow
+        stumps (breast cancer horizontal x10, 3 seeds: accuracy 0.944 with 20, 0.959 capped)."""
         if ensemble not in ENSEMBLES:
             raise FedpgmError(f"unknown FC[DT] ensemble '{ensemble}'; use one of {list(ENSEMBLES)}")
         columns = schema.feature_names
@@ -213,7 +215,7 @@ class Expert:
             leaf = choose_min_samples_leaf(X, y, max_depth, seed) if min_samples_leaf is None else min_samples_leaf
             return Expert(columns, float(len(y)), ensemble, fit_bagging(X, y, classes, max_depth, leaf, seed, trees),
                           np.zeros(classes), np.full(len(columns), np.nan), prior, int(leaf))
-        leaf = BOOSTING["min_samples_leaf"] if min_samples_leaf is None else min_samples_leaf
+        leaf = min(BOOSTING["min_samples_leaf"], max(1, len(y) // 10)) if min_samples_leaf is None else min_samples_leaf
         with np.errstate(all="ignore"):
             fill = np.nan_to_num(np.nanmedian(X, axis=0)) if len(X) else np.zeros(len(columns))
         fitted, bias = fit_boosting(np.where(np.isnan(X), fill, X), y, classes, max_depth, leaf, seed, trees)
