@@ -50,6 +50,10 @@ def test_run_config_refuses_unknown_keys_before_running(cli, tmp_path):
     config.write_text(CONFIG.replace("fedavg = {rounds = 3}", "fedavg = {round = 3}"))
     code, _, err = cli("run", config, "--out", tmp_path / "res")
     assert code == 2 and "'round'" in err and not (tmp_path / "res").exists()
+    config.write_text(CONFIG.replace('partition = {label_to = "all"}', 'partition = {label_to = "all"}\n'
+                                                                    'params = {ensembel = "boosting"}'))
+    code, _, err = cli("run", config, "--out", tmp_path / "res")
+    assert code == 2 and "params: unknown key(s) ['ensembel']" in err and not (tmp_path / "res").exists()
     config.write_text(CONFIG.replace('method = "fcdt"', 'method = "xgboost"'))
     code, _, err = cli("run", config, "--out", tmp_path / "res")
     assert code == 2 and "xgboost" in err

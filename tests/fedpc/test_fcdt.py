@@ -9,6 +9,7 @@ from sklearn.tree import DecisionTreeClassifier
 from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation, PrivacyAudit
+from fedpgm.fedpc.experiment import FitSettings, run_fcdt
 from fedpgm.fedpc.trees import BOOSTING, LEAF_SIZES, PRIOR_MIX, Expert, TreeCircuit, choose_min_samples_leaf, fit_fcdt
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
@@ -266,3 +267,8 @@ def test_hybrid_product_root_divides_by_the_shared_columns_reference(cancer, tmp
     assert run(part, min_samples_leaf=10, combine="product").references
     with pytest.raises(FedpgmError, match="a product root needs at least two label holders"):
         run(partition(cancer, "horizontal", 2, seed=0), combine="product")
+
+
+def test_run_fcdt_refuses_unknown_parameters(cancer):
+    with pytest.raises(FedpgmError, match=r"unknown FC\[DT\] parameter\(s\) \['ensembel'\]; allowed"):
+        run_fcdt(cancer, FitSettings(split="horizontal", clients=2, params={"ensembel": "boosting"}))

@@ -38,7 +38,7 @@ from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.files import atomic_folder
-from fedpgm.fedpc.experiment import FitSettings, classification, run_fcdt, run_fedpc
+from fedpgm.fedpc.experiment import FCDT_PARAMS, FitSettings, classification, run_fcdt, run_fedpc
 
 EXPERIMENT_KEYS = {"dataset", "seed", "out", "rows", "label", "missing", "test_size", "data_dir"}
 RUN_KEYS = {"method"} | {f.name for f in fields(FitSettings)} - {"seed"}
@@ -80,6 +80,8 @@ def read_config(path: str | Path) -> dict:
             raise FedpgmError(f"{where}: unknown method '{run['method']}'; use one of {list(METHODS)}")
         if "split" not in run or "clients" not in run:
             raise FedpgmError(f"{where}: needs split and clients")
+        if run.get("method") == "fcdt":
+            check_keys(run.get("params", {}), set(FCDT_PARAMS), f"{where} params")
     baselines = config.get("baselines", {})
     check_keys(baselines, BASELINE_KEYS, f"{path} [baselines]")
     for name, allowed in BASELINE_OPTIONS.items():

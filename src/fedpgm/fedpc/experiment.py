@@ -35,6 +35,7 @@ from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 BACKENDS = ("inprocess", "flower")
+FCDT_PARAMS = ("max_depth", "min_samples_leaf", "combine", "trees", "ensemble")
 
 
 @dataclass
@@ -174,6 +175,9 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
         raise FedpgmError(f"FC[DT] is a classifier; {ds.name} has no label (choose one with --label)")
     if settings.backend != "inprocess":
         raise FedpgmError("FC[DT] runs on the in-process backend for now; drop --backend flower")
+    unknown = sorted(set(settings.params) - set(FCDT_PARAMS))
+    if unknown:
+        raise FedpgmError(f"unknown FC[DT] parameter(s) {unknown}; allowed: {list(FCDT_PARAMS)}")
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     wall = time.perf_counter()
     with InProcessFederation(part, HANDLERS) as fed:
