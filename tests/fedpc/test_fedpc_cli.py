@@ -1,6 +1,10 @@
+import io
 import json
 
+import numpy as np
 import pandas as pd
+
+from fedpgm.data import load_dataset
 
 REQUIRED = ("dataset", "split", "clients", "backend", "seed", "test_loglik", "centralized_test_loglik", "accuracy",
             "f1_macro", "train_seconds", "critical_path_seconds", "centralized_train_seconds", "relative_runtime",
@@ -50,6 +54,18 @@ def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path):
     assert r["method"] == "FC[DT]" and r["clients_with_trees"] == ["client-0", "client-1", "client-2"]
     assert r["accuracy"] > 0.85 and r["bytes_up"] > 0 and "test_loglik" not in r
     assert (model / "trees.json").is_file() and (model / "trees.npz").is_file()
+    code, _, err = cli("fedpc", "evaluate", model, "breast_cancer", "--json", tmp_path / "e.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "e.json").read_text())["accuracy"] == r["accuracy"]  # same model, same rows
+    evidence = tmp_path / "rows.csv"
+    ds = load_dataset("breast_cancer", seed=0)
+    ds.schema.decode(ds.test.head(4)).drop(columns=["target"]).to_csv(evidence, index=False)
+    code, out, err = cli("fedpc", "query", model, "--evidence", evidence, "--target", "target")
+    assert code == 0, err
+    answers = pd.read_csv(io.StringIO(out))
+    assert len(answers) == 4 and np.allclose(answers[["p(target=malignant)", "p(target=benign)"]].sum(axis=1), 1)
+    code, _, err = cli("fedpc", "query", model, "--evidence", evidence)
+    assert code == 2 and "FC[DT] classifier; ask it with --target target" in err
     table = tmp_path / "unlabelled.csv"
     pd.DataFrame({"a": range(100), "b": [i % 7 * 1.5 for i in range(100)]}).to_csv(table, index=False)
     code, _, err = cli("fedpc", "fit", f"csv:{table}", "--split", "horizontal", "--clients", "2",

@@ -122,6 +122,15 @@ def fit(
         write_json(report, json_out)
 
 
+def load_saved(model_dir: Path):
+    """The model a ``fedpgm fedpc fit --out`` folder holds: an FC[DT] ``TreeCircuit`` when it has
+    ``trees.json``, else a ``FedPC``."""
+    from fedpgm.fedpc.model import FedPC
+    from fedpgm.fedpc.trees import TreeCircuit
+
+    return TreeCircuit.load(model_dir) if (model_dir / "trees.json").is_file() else FedPC.load(model_dir)
+
+
 @fedpc_app.command("evaluate")
 def evaluate(
     model_dir: Path,
@@ -131,20 +140,24 @@ def evaluate(
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
     missing: Missing = None, test_size: TestSize = None,
 ) -> None:
-    """Test log-likelihood (and accuracy/F1 with a label) of a saved FedPC on DATASET's test split."""
-    from fedpgm.fedpc.experiment import evaluate as scores, write_json
-    from fedpgm.fedpc.model import FedPC
+    """Test log-likelihood (and accuracy/F1 with a label) of a saved FedPC, or accuracy/F1 of a
+    saved FC[DT], on DATASET's test split."""
+    from fedpgm.fedpc.experiment import classification, evaluate as scores, write_json
+    from fedpgm.fedpc.trees import TreeCircuit
 
-    model = FedPC.load(model_dir)
+    model = load_saved(model_dir)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     missing_cols = [n for n in model.schema.names if n not in ds.test.columns]
     if missing_cols:
         raise FedpgmError(f"{dataset} lacks the model's column(s) {missing_cols}; evaluate on the data it "
                           "was fitted on")
-    label_name = model.schema.label if model.schema.label in ds.test.columns else None
-    proba = model.predict_proba(ds.test, label_name) if label_name else None
-    report = {"dataset": ds.name, "model": str(model_dir), "n_test": len(ds.test),
-              **scores(model.log_likelihood(ds.test), proba, ds)}
+    report = {"dataset": ds.name, "model": str(model_dir), "n_test": len(ds.test)}
+    if isinstance(model, TreeCircuit):
+        report |= classification(model.predict_proba(ds.test), ds.test[model.label].to_numpy(dtype=float))
+    else:
+        label_name = model.schema.label if model.schema.label in ds.test.columns else None
+        proba = model.predict_proba(ds.test, label_name) if label_name else None
+        report |= scores(model.log_likelihood(ds.test), proba, ds)
     console.print(", ".join(f"{k} {v:.4f}" for k, v in report.items() if isinstance(v, float)))
     if json_out is not None:
         write_json(report, json_out)
@@ -159,10 +172,13 @@ def query(
     mpe: Mpe = False,
     out: AnswersOut = None,
 ) -> None:
-    """Marginal (default), conditional, classification or MPE queries on a saved FedPC."""
-    from fedpgm.fedpc.model import FedPC
+    """Marginal (default), conditional, classification or MPE queries on a saved FedPC;
+    classification (--target LABEL) on a saved FC[DT]."""
+    from fedpgm.fedpc.trees import TreeCircuit
 
-    model = FedPC.load(model_dir)
+    model = load_saved(model_dir)
+    if isinstance(model, TreeCircuit) and target is None:
+        raise FedpgmError(f"{model_dir} holds an FC[DT] classifier; ask it with --target {model.label}")
     answer_queries(model, model.schema, evidence, query, target, mpe, out)
 
 

@@ -295,11 +295,14 @@ class TreeCircuit:
     given the label and the columns every client holds), or the label's prior when there are
     none (vertical)."""
 
-    def __init__(self, experts: dict[str, Expert], label: str, classes: list[str], info: dict | None = None,
+    def __init__(self, experts: dict[str, Expert], schema: Schema, info: dict | None = None,
                  combine: str = "mean", references: dict[str, Expert] | None = None) -> None:
         if combine not in COMBINES[1:]:
             raise FedpgmError(f"unknown FC[DT] root '{combine}'; use mean or product")
-        self.experts, self.label, self.classes, self.combine = experts, label, list(classes), combine
+        if schema.label is None:
+            raise FedpgmError("an FC[DT] model needs a schema with its label")
+        self.experts, self.schema, self.combine = experts, schema, combine
+        self.label, self.classes = schema.label, list(schema[schema.label].categories)
         self.references = references or {}
         self.info = info or {}
 
@@ -315,8 +318,11 @@ class TreeCircuit:
             out += expert.weight / total * expert.predict_proba(frame[expert.columns].to_numpy(dtype=float))
         return out
 
-    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
-        """(rows, K) class probabilities; ``frame`` needs every column an expert uses."""
+    def predict_proba(self, frame: pd.DataFrame, target: str | None = None) -> np.ndarray:
+        """(rows, K) class probabilities; ``frame`` needs every column an expert uses; ``target``
+        (the estimator API's argument) may only name the label."""
+        if target is not None and target != self.label:
+            raise FedpgmError(f"this FC[DT] model predicts only its label '{self.label}', not '{target}'")
         if self.combine == "mean":
             return self.mean(self.experts, frame)
         if self.references:
@@ -336,8 +342,7 @@ class TreeCircuit:
 
     def save(self, folder: str | Path) -> None:
         """``trees.json`` (structure) + ``trees.npz`` (arrays), written atomically."""
-        meta = {"format": FORMAT, "label": self.label, "classes": self.classes, "info": self.info,
-                "combine": self.combine,
+        meta = {"format": FORMAT, "schema": self.schema.to_dict(), "info": self.info, "combine": self.combine,
                 "experts": [{"client": c, **e.meta()} for c, e in self.experts.items()],
                 "references": [{"client": c, **e.meta()} for c, e in self.references.items()]}
         arrays = {k: v for i, e in enumerate(self.experts.values()) for k, v in e.arrays(f"{i}_").items()}
@@ -363,12 +368,23 @@ class TreeCircuit:
         combine = meta.get("combine")
         if combine not in COMBINES[1:]:
             raise FedpgmError(f"{folder}/trees.json: unknown FC[DT] root {combine!r}; expected mean or product")
-        k = len(meta["classes"])
-        experts = {e["client"]: Expert.from_arrays(arrays, e, k, f"{folder}, client '{e['client']}'", f"{i}_")
-                   for i, e in enumerate(meta["experts"])}
-        references = {e["client"]: Expert.from_arrays(arrays, e, k, f"{folder}, reference of '{e['client']}'",
-                                                      f"r{i}_") for i, e in enumerate(meta.get("references", []))}
-        return TreeCircuit(experts, meta["label"], meta["classes"], meta.get("info"), combine, references)
+        try:
+            schema = Schema.from_dict(meta["schema"])
+            k = schema[schema.label].cardinality
+            entries = {"": meta["experts"], "r": meta.get("references", [])}
+        except (KeyError, TypeError, ValueError) as e:
+            raise FedpgmError(f"{folder}/trees.json: damaged schema or expert list ({e!r})") from None
+        loaded = {}
+        for tag, listed in entries.items():
+            loaded[tag] = {}
+            for i, e in enumerate(listed):
+                what = f"{folder}, {'reference of ' if tag else 'client '}'{e.get('client')}'"
+                expert = Expert.from_arrays(arrays, e, k, what, f"{tag}{i}_")
+                unknown = [c for c in expert.columns if c not in schema.names or c == schema.label]
+                if unknown:
+                    raise FedpgmError(f"{what}: column(s) {unknown} are not features of the model's schema")
+                loaded[tag][e.get("client")] = expert
+        return TreeCircuit(loaded[""], schema, meta.get("info"), combine, loaded["r"])
 
 
 def plan_root(schemas: dict[str, Schema], combine: str, ensemble: str) -> tuple[str, list[str]]:
@@ -433,7 +449,8 @@ def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: in
         raise FedpgmError(f"clients {sorted(set(experts) - set(references))} sent no reference expert on the "
                           "shared columns")
     label = labels.pop()
-    classes = list(schemas[holders[0]][label].categories)
+    features = {f.name: f for c in holders for f in schemas[c].features}  # every holder's columns, once
+    schema = Schema(tuple(features[n] for n in dict.fromkeys(n for c in holders for n in schemas[c].names)), label)
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
     info = {"clients_with_trees": sorted(experts), "ensemble": ensemble, "trees_per_client": trees,
             "trees_fitted": {c: len(e.trees) for c, e in experts.items()}, "reference_columns": shared,
@@ -441,4 +458,4 @@ def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: in
             "min_samples_leaf": {c: e.min_samples_leaf for c, e in experts.items()},
             "critical_path_seconds": max(client_seconds.values()),
             "communication": fed.ledger.totals()}
-    return TreeCircuit(experts, label, classes, info, combine, references)
+    return TreeCircuit(experts, schema, info, combine, references)
