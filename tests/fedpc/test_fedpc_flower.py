@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 
 from fedpgm.data import load_dataset
-from fedpgm.fedpc.experiment import FitSettings, run_fedpc
+from fedpgm.fedpc.experiment import FitSettings, run_fcdt, run_fedpc
 from fedpgm.fedpc.model import FedPC
+from fedpgm.fedpc.trees import TreeCircuit
 
 
 @pytest.mark.slow
@@ -19,3 +20,17 @@ def test_fedpc_on_flower_gives_the_in_process_model(tmp_path):
     assert remote["bytes_up"] == local["bytes_up"]  # the same messages, byte for byte
     a, b = FedPC.load(tmp_path / "local"), FedPC.load(tmp_path / "flower")
     np.testing.assert_allclose(a.log_likelihood(ds.test), b.log_likelihood(ds.test), rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_fcdt_on_flower_gives_the_in_process_model(tmp_path):
+    ds = load_dataset("breast_cancer", seed=0)
+    settings = dict(split="hybrid", clients=2, seed=1, partition={"label_to": "all"},
+                    params={"ensemble": "boosting", "trees": 20})
+    _, local = run_fcdt(ds, FitSettings(backend="inprocess", **settings), out=tmp_path / "local")
+    _, remote = run_fcdt(ds, FitSettings(backend="flower", **settings), out=tmp_path / "flower")
+    assert remote["backend"] == "flower" and remote["combine"] == "product"
+    assert remote["accuracy"] == local["accuracy"] and remote["f1_macro"] == local["f1_macro"]
+    assert remote["bytes_up"] == local["bytes_up"]  # the same messages, byte for byte
+    a, b = TreeCircuit.load(tmp_path / "local"), TreeCircuit.load(tmp_path / "flower")
+    np.testing.assert_array_equal(a.predict_proba(ds.test), b.predict_proba(ds.test))

@@ -108,15 +108,17 @@ def fit_inprocess(part, settings: FitSettings, mode: str = "processes") -> tuple
 
 
 def flower_procedure(fed, fit: dict, test: str, columns: list[str], target: str | None = None,
-                     out: str | None = None) -> dict:
-    """Runs inside the Flower ServerApp: fit, evaluate the test rows in ``test`` (npz with ``X``,
-    one column per name in ``columns``), save."""
+                     out: str | None = None, method: str = "fedpc") -> dict:
+    """Runs inside the Flower ServerApp: fit (FedPC, or FC[DT] with ``method`` "fcdt"), evaluate
+    the test rows in ``test`` (npz with ``X``, one column per name in ``columns``), save."""
     import pandas as pd
 
-    model = fit_fedpc(fed, **fit)
+    model = fit_fcdt(fed, **fit) if method == "fcdt" else fit_fedpc(fed, **fit)
     with np.load(test, allow_pickle=False) as z:
         X = pd.DataFrame(z["X"], columns=columns)
-    result = {"info": model.info, "test_ll": model.log_likelihood(X).tolist()}
+    result = {"info": model.info}
+    if method == "fedpc":
+        result["test_ll"] = model.log_likelihood(X).tolist()
     if target is not None:
         result["proba"] = model.predict_proba(X, target).tolist()
     if out is not None:
@@ -167,26 +169,37 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
     return model, report
 
 
-def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) -> tuple[TreeCircuit, dict]:
-    """FC[DT] (``fedpgm.fedpc.trees``) on the same partition; ``settings.params`` may hold
-    ``max_depth``, ``min_samples_leaf``, ``combine``, ``ensemble`` and ``trees`` (per client). A
-    classifier: the report has no log-likelihoods."""
-    if ds.schema.label is None:
-        raise FedpgmError(f"FC[DT] is a classifier; {ds.name} has no label (choose one with --label)")
-    if settings.backend != "inprocess":
-        raise FedpgmError("FC[DT] runs on the in-process backend for now; drop --backend flower")
+def fcdt_args(settings: FitSettings) -> dict:
+    """``fit_fcdt``'s keyword arguments: the seed and ``settings.params`` (checked names)."""
     unknown = sorted(set(settings.params) - set(FCDT_PARAMS))
     if unknown:
         raise FedpgmError(f"unknown FC[DT] parameter(s) {unknown}; allowed: {list(FCDT_PARAMS)}")
+    return {"seed": settings.seed, **settings.params}
+
+
+def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) -> tuple[TreeCircuit, dict]:
+    """FC[DT] (``fedpgm.fedpc.trees``) on the same partition and either backend;
+    ``settings.params`` may hold ``max_depth``, ``min_samples_leaf``, ``combine``, ``ensemble``
+    and ``trees`` (per client). A classifier: the report has no log-likelihoods."""
+    if ds.schema.label is None:
+        raise FedpgmError(f"FC[DT] is a classifier; {ds.name} has no label (choose one with --label)")
+    if settings.backend not in BACKENDS:
+        raise FedpgmError(f"unknown backend '{settings.backend}'; use inprocess or flower")
+    args = fcdt_args(settings)
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     wall = time.perf_counter()
-    with InProcessFederation(part, HANDLERS) as fed:
-        model = fit_fcdt(fed, settings.params.get("max_depth"), settings.params.get("min_samples_leaf"),
-                         settings.seed, settings.params.get("combine", "auto"), settings.params.get("trees"),
-                         settings.params.get("ensemble", "bagging"))
-    wall = time.perf_counter() - wall
-    if out is not None:
-        model.save(out)
+    if settings.backend == "inprocess":
+        with InProcessFederation(part, HANDLERS) as fed:
+            model = fit_fcdt(fed, **args)
+        wall = time.perf_counter() - wall
+        if out is not None:
+            model.save(out)
+    else:  # the model is fitted in the ServerApp's process and read back from its folder
+        with tempfile.TemporaryDirectory(prefix="fedpgm-fcdt-") as tmp:
+            folder = Path(out) if out is not None else Path(tmp) / "model"
+            fit_flower(part, ds, settings, folder, "fcdt")
+            wall = time.perf_counter() - wall
+            model = TreeCircuit.load(folder)
     comm = model.info["communication"]
     label = ds.schema.label
     report = {"dataset": ds.name, "split": settings.split, "clients": settings.clients, "backend": settings.backend,
@@ -203,21 +216,24 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     return model, report
 
 
-def fit_flower(part, ds: Dataset, settings: FitSettings, out) -> tuple[dict, np.ndarray, np.ndarray | None]:
-    """The same fit on a loopback Flower deployment (SuperLink + one SuperNode per client)."""
+def fit_flower(part, ds: Dataset, settings: FitSettings, out, method: str = "fedpc"
+               ) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+    """The same fit on a loopback Flower deployment (SuperLink + one SuperNode per client):
+    the fit's info, test log-likelihoods (FedPC only) and class probabilities."""
     from fedpgm.federation.deploy import LoopbackDeployment
 
     with tempfile.TemporaryDirectory(prefix="fedpgm-fedpc-") as tmp:
         tmp = Path(tmp)
         part.write(tmp / "partition")
         np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
-        args = {"fit": settings.fit_args(), "test": str(tmp / "test.npz"), "columns": ds.schema.names,
-                "target": ds.schema.label,
-                "out": None if out is None else str(Path(out).resolve())}
+        fit = fcdt_args(settings) if method == "fcdt" else settings.fit_args()
+        args = {"fit": fit, "test": str(tmp / "test.npz"), "columns": ds.schema.names, "target": ds.schema.label,
+                "out": None if out is None else str(Path(out).resolve()), "method": method}
         with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower") as dep:
             result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args, timeout=1800)
+    ll = np.asarray(result["test_ll"]) if "test_ll" in result else None
     proba = np.asarray(result["proba"]) if "proba" in result else None
-    return result["info"], np.asarray(result["test_ll"]), proba
+    return result["info"], ll, proba
 
 
 def summary_line(report: dict) -> str:
