@@ -77,6 +77,7 @@ def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path):
     assert code == 0, err
     r = json.loads(boosted.read_text())
     assert r["ensemble"] == "boosting" and r["trees_per_client"] == 30 and r["accuracy"] > 0.9
+    assert "column medians" in r["shared_with_server"]  # the report says what left each client
     assert all(0 < n <= 30 for n in r["trees_fitted"].values())
     code, _, err = cli("fedpc", "fit", "breast_cancer", "--split", "horizontal", "--clients", "2", "--learner", "tree",
                        "--ensemble", "stacking", "--out", tmp_path / "s", "--json", tmp_path / "s.json")

@@ -63,6 +63,10 @@ ENSEMBLES = ("bagging", "boosting")
 BOOSTING_STAGES = 100  # the most boosting stages when --trees is not given (early stopping may end sooner)
 BOOSTING = {"learning_rate": 0.1, "max_depth": None, "max_leaf_nodes": 31, "min_samples_leaf": 20,
             "validation_fraction": 0.1, "n_iter_no_change": 10}  # HistGradientBoosting's tree shape
+SHARED = {"bagging": "each labelled client's trees: split columns and thresholds, leaf class frequencies; its "
+                      "class frequencies and row count",
+          "boosting": "each labelled client's boosted trees: split columns and thresholds, leaf scores; its class "
+                      "frequencies, row count and column medians (its fill for missing values)"}
 EARLY_STOP_ROWS = 10  # each class needs this many rows for a stratified early-stopping split
 
 
@@ -457,5 +461,5 @@ def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: in
             "train_seconds": time.perf_counter() - t0, "client_seconds": client_seconds, "combine": combine,
             "min_samples_leaf": {c: e.min_samples_leaf for c, e in experts.items()},
             "critical_path_seconds": max(client_seconds.values()),
-            "communication": fed.ledger.totals()}
+            "communication": fed.ledger.totals(), "shared_with_server": SHARED[ensemble]}
     return TreeCircuit(experts, schema, info, combine, references)
