@@ -272,3 +272,12 @@ def test_hybrid_product_root_divides_by_the_shared_columns_reference(cancer, tmp
 def test_run_fcdt_refuses_unknown_parameters(cancer):
     with pytest.raises(FedpgmError, match=r"unknown FC\[DT\] parameter\(s\) \['ensembel'\]; allowed"):
         run_fcdt(cancer, FitSettings(split="horizontal", clients=2, params={"ensembel": "boosting"}))
+
+
+def test_single_class_clients_are_named(cancer):
+    """Label skew can leave each client one class: its expert cannot tell classes apart."""
+    wine = load_dataset("wine", seed=0)
+    skewed = run(partition(wine, "horizontal", 5, seed=0, scheme="label-skew"), ensemble="boosting")
+    assert skewed.info["single_class_clients"] == [f"client-{i}" for i in range(5)]
+    assert all(e.trees == [] for e in skewed.experts.values())  # nothing to boost
+    assert run(partition(cancer, "horizontal", 3, seed=0)).info["single_class_clients"] == []

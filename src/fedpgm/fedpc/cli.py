@@ -105,6 +105,9 @@ def fit(
         _, report = run_fcdt(ds, settings, out)
         console.print(summary_line(report) + f"; {report['combine']} root over the {report['ensemble']} "
                                              f"experts of {report['clients_with_trees']}")
+        if report["single_class_clients"]:
+            console.print(f"note: clients {report['single_class_clients']} hold one class only, so their experts "
+                          "cannot tell classes apart; with label-skewed clients FC[PC] (generative) can")
         if out is not None:
             console.print(f"saved the model to {out}")
         if json_out is not None:

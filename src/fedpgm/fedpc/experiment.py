@@ -210,6 +210,7 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
               "clients_with_trees": model.info["clients_with_trees"], "combine": model.combine,
               "ensemble": model.info["ensemble"], "trees_per_client": model.info["trees_per_client"],
               "trees_fitted": model.info["trees_fitted"], "shared_with_server": model.info["shared_with_server"],
+              "single_class_clients": model.info["single_class_clients"],
               "min_samples_leaf": model.info["min_samples_leaf"], "bytes_up": comm["bytes_up"],
               "bytes_down": comm["bytes_down"], "messages": comm["messages"], "rounds": comm["rounds"],
               "n_train": len(ds.train), "n_test": len(ds.test)}

@@ -461,5 +461,6 @@ def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: in
             "train_seconds": time.perf_counter() - t0, "client_seconds": client_seconds, "combine": combine,
             "min_samples_leaf": {c: e.min_samples_leaf for c, e in experts.items()},
             "critical_path_seconds": max(client_seconds.values()),
-            "communication": fed.ledger.totals(), "shared_with_server": SHARED[ensemble]}
+            "communication": fed.ledger.totals(), "shared_with_server": SHARED[ensemble],
+            "single_class_clients": sorted(c for c, e in experts.items() if np.count_nonzero(e.prior) < 2)}
     return TreeCircuit(experts, schema, info, combine, references)
