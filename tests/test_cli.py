@@ -94,8 +94,14 @@ def test_console_script_exit_code(tmp_path):
 def test_demo_runs(cli):
     code, out, _ = cli("demo")
     assert code == 0
-    rows = {line.split()[0] + " " + line.split()[1]: line.split()[2:] for line in out.splitlines()
-            if line.strip().startswith(("horizontal x5", "vertical x2", "hybrid x2"))}
-    assert sorted(rows) == ["horizontal x5", "hybrid x2", "vertical x2"]
+    rows = {}
+    for line in out.splitlines():
+        words = line.split()
+        if words[:1] in (["horizontal"], ["vertical"], ["hybrid"]):
+            gluing = words[2] if words[2] == "-" else " ".join(words[2:4])
+            rows[f"{words[0]} {words[1]} {gluing}"] = [float(w) for w in words[4 if gluing != "-" else 3:]]
+    assert sorted(rows) == ["horizontal x5 -", "hybrid x2 aligned 8", "hybrid x2 random 2",
+                            "vertical x2 aligned 8", "vertical x2 random 2"]
     for cells in rows.values():  # LL cent., LL fed., accuracy, rel. time, kB sent
-        assert 0.85 < float(cells[2]) <= 1.0 and 0 < float(cells[3]) < 1.0 and float(cells[4]) > 0
+        assert len(cells) == 5 and cells[0] > cells[1]  # the centralized circuit is the better density
+        assert 0.85 < cells[2] <= 1.0 and 0 < cells[3] < 1.0 and cells[4] > 0
