@@ -10,7 +10,8 @@ import pytest
 from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
-from fedpgm.federation.deploy import LoopbackDeployment, group_alive
+from fedpgm.federation import deploy
+from fedpgm.federation.deploy import LoopbackDeployment, ephemeral_low, free_port, group_alive
 from fedpgm.federation.reference import federated_moments
 
 REF_PROC = "fedpgm.federation.reference:federated_moments"
@@ -79,3 +80,25 @@ def test_port_in_use_and_unknown_client(parts):
         LoopbackDeployment(folder, clients=["client-7"])
     with pytest.raises(FedpgmError, match="has no manifest.json"):
         LoopbackDeployment(os.path.dirname(folder))
+
+
+def test_free_ports_lie_below_the_ephemeral_range():
+    low = ephemeral_low()
+    ports = [free_port() for _ in range(20)]
+    assert all(1024 <= p < low for p in ports)
+
+
+@pytest.mark.slow
+def test_supernode_whose_port_was_taken_starts_again_on_another(parts, tmp_path, monkeypatch):
+    _, folder = parts
+    with socket.socket() as taken:  # bound, not listening: as an outgoing connection holds a port
+        taken.bind(("127.0.0.1", free_port()))
+        port = taken.getsockname()[1]
+        real = deploy.free_port
+        ports = iter([real(), port])  # the SuperLink's, then the SuperNode's first
+        monkeypatch.setattr(deploy, "free_port", lambda: next(ports, None) or real())
+        with LoopbackDeployment(folder, workdir=tmp_path / "dep", clients=["client-0"]) as dep:
+            node = dep.nodes["client-0"]
+            assert node.port != port and node.process.poll() is None and deploy.port_open(node.port)
+            pids = dep.pids
+    assert_all_stopped(pids)

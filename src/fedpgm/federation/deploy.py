@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,10 +27,29 @@ from fedpgm.errors import FedpgmError
 ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
 
+def ephemeral_low() -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux; 32768 elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free on 127.0.0.1 now, chosen below the ephemeral range: a port the kernel would
+    pick itself (bind to 0) may be taken by some outgoing connection before the child process
+    that is told to listen there binds it."""
+    low = ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(100):
+        port = rng.randrange(max(1024, low - 16384), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise FedpgmError(f"no free port found on 127.0.0.1 below {low}; free some or pass port=")
 
 
 def port_open(port: int) -> bool:
@@ -98,7 +118,9 @@ class LoopbackDeployment:
              "--disable-runtime-dependency-installation"], "superlink.log")
         self.wait_port(self.port, self.superlink, "superlink.log", timeout)
         for cid in self.client_ids:
-            self.start_node(cid)
+            self.start_node(cid, wait=False)
+        for cid in self.client_ids:
+            self.wait_node(cid, timeout)
         home = Path(self.env["FLWR_HOME"])
         home.mkdir(parents=True, exist_ok=True)
         (home / "config.toml").write_text(
@@ -106,7 +128,8 @@ class LoopbackDeployment:
             f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
         return self
 
-    def start_node(self, client_id: str) -> Node:
+    def start_node(self, client_id: str, wait: bool = True, timeout: float = 60.0) -> Node:
+        """Start the SuperNode of ``client_id``; with ``wait``, return once it listens."""
         if client_id not in self.files:
             raise FedpgmError(f"no client '{client_id}' in {self.partition_dir}/manifest.json")
         port = free_port()
@@ -120,7 +143,23 @@ class LoopbackDeployment:
                            f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port", str(port),
                            "--node-config", config], f"supernode-{client_id}.log", env)
         self.nodes[client_id] = Node(client_id, proc, port)
+        if wait:
+            self.wait_node(client_id, timeout)
         return self.nodes[client_id]
+
+    def wait_node(self, client_id: str, timeout: float, attempts: int = 3) -> None:
+        """Wait until the SuperNode listens; one whose port was taken before it bound it is
+        started again on another port (up to ``attempts`` times)."""
+        for attempt in range(attempts):
+            node = self.nodes[client_id]
+            log = f"supernode-{client_id}.log"
+            try:
+                return self.wait_port(node.port, node.process, log, timeout)
+            except FedpgmError:
+                if "address already in use" not in (self.workdir / log).read_text() or attempt == attempts - 1:
+                    raise
+            (self.workdir / log).unlink()
+            self.start_node(client_id, wait=False)
 
     def wait_port(self, port: int, proc: subprocess.Popen, log: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
