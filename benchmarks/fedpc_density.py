@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
-from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import bar_panels, emit, mean_std  # noqa: E402
