@@ -386,12 +386,21 @@ def demo() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: runs the app, turning user errors into one line and exit code 2."""
+    """Console entry point: runs the app, turning user errors into one line and exit code 2, and
+    SIGTERM/SIGHUP into a clean stop (every process started stopped, temporary folders removed,
+    nothing half-written) with exit code 128 + the signal (143 for SIGTERM)."""
+    from fedpgm.federation.lifecycle import Terminated, stop_on_signals
+
+    stop_on_signals()
     try:
         app(args=argv, prog_name="fedpgm")
     except FedpgmError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Terminated as t:
+        print(f"fedpgm: {t}; stopped every process it started and removed its temporary files",
+              file=sys.stderr)
+        sys.exit(128 + t.signum)
 
 
 def register_groups() -> None:

@@ -53,12 +53,24 @@ def test_crafted_structure_fails_cleanly(saved, edit, message):
         load_circuit(saved)
 
 
+def rerecord(folder):
+    """Make structure.json's integrity record match the params file again (what a deliberate
+    editor would do), so the checks behind the record are exercised."""
+    from fedpgm.model_files import file_record
+
+    edit_structure(folder, lambda d: d.update(params=file_record(folder / "params.safetensors")))
+
+
 def test_corrupt_or_foreign_params_fail_cleanly(saved):
     data = (saved / "params.safetensors").read_bytes()
     (saved / "params.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(FedpgmError, match="bytes, the model records"):
+        load_circuit(saved)
+    rerecord(saved)
     with pytest.raises(FedpgmError, match="not a valid safetensors file"):
         load_circuit(saved)
     (saved / "params.safetensors").write_bytes(pickle.dumps({"x": 1}))
+    rerecord(saved)
     with pytest.raises(FedpgmError, match="not a valid safetensors file"):
         load_circuit(saved)
     (saved / "structure.json").write_text("{broken")
@@ -72,6 +84,9 @@ def test_weights_that_do_not_sum_to_one_are_refused(saved, tmp_path):
     t = load_file(str(saved / "params.safetensors"))
     t["sum_weights"] = t["sum_weights"] * 3
     save_file(t, str(saved / "params.safetensors"))
+    with pytest.raises(FedpgmError, match="SHA-256"):
+        load_circuit(saved)
+    rerecord(saved)
     with pytest.raises(FedpgmError, match="weights must be >= 0, one per child, summing to 1"):
         load_circuit(saved)
 

@@ -4,8 +4,10 @@ Parameters are packed per kind into a few flat arrays (``sum_weights``; per leaf
 parameter, e.g. ``leaf.gaussian.mean``) consumed in node order, so a circuit with 10^5 nodes is
 still a handful of tensors. Loading never executes anything (JSON and safetensors only) and
 checks everything: format tag, node types, child order, variables, leaf types, that the packed
-arrays are consumed exactly, and finally the circuit's validity (weights, smoothness,
-decomposability); a crafted or corrupt file fails with one clear ``FedpgmError``.
+arrays are consumed exactly, that every number is finite, and finally the circuit's validity
+(weights, smoothness, decomposability, leaf parameters such as std >= ``MIN_STD``); a crafted or
+corrupt file fails with one clear ``FedpgmError``. ``structure.json`` records the size and SHA-256
+of ``params.safetensors`` (``fedpgm.model_files``), checked before the arrays are read.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fedpgm.circuits.structure import Circuit, Leaf, Product, Sum
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.files import atomic_folder
+from fedpgm.model_files import check_file, file_record, read_json
 
 FORMAT = "fedpgm-circuit/1"
 STRUCTURE, PARAMS = "structure.json", "params.safetensors"
@@ -53,8 +56,9 @@ def save_circuit(circuit: Circuit, folder: str | Path, meta: dict | None = None)
     doc, tensors = to_payload(circuit, meta)
     folder = Path(folder)
     with atomic_folder(folder) as tmp:
-        (tmp / STRUCTURE).write_text(json.dumps(doc, separators=(",", ":")))
         save_file(tensors, str(tmp / PARAMS))
+        doc["params"] = file_record(tmp / PARAMS)
+        (tmp / STRUCTURE).write_text(json.dumps(doc, separators=(",", ":")))
     return folder
 
 
@@ -65,10 +69,10 @@ def load_circuit(folder: str | Path) -> tuple[Circuit, dict]:
     for name in (STRUCTURE, PARAMS):
         if not (folder / name).is_file():
             raise FedpgmError(f"{folder} has no {name}; pass a folder written by fedpgm (pc fit --out)")
-    try:
-        doc = json.loads((folder / STRUCTURE).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FedpgmError(f"{where}: {STRUCTURE} is not valid JSON ({e})") from None
+    doc = read_json(folder / STRUCTURE)
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise FedpgmError(f"{where}: not a {FORMAT} file")
+    check_file(folder / PARAMS, doc.get("params"), where)
     try:
         tensors = load_file(str(folder / PARAMS))
     except (SafetensorError, OSError, ValueError) as e:
@@ -90,6 +94,10 @@ def from_payload(doc, tensors: dict[str, np.ndarray], where: str = "circuit") ->
             out = tensors[key][cursor[key]: cursor[key] + size]
             cursor[key] += size
             return out.astype(float)
+
+        bad = [k for k, v in tensors.items() if not np.isfinite(np.asarray(v, dtype=float)).all()]
+        if bad:
+            raise FedpgmError(f"{where}: parameter array(s) {bad} hold NaN or infinite values")
 
         for i, nd in enumerate(doc["nodes"]):
             kind = nd.get("type") if isinstance(nd, dict) else None

@@ -181,8 +181,8 @@ class Gaussian(LeafType):
 
     @staticmethod
     def check(params):
-        if not (np.isfinite(params["mean"]) and params["std"] > 0):
-            raise ValueError("a Gaussian needs a finite mean and std > 0")
+        if not (np.isfinite(params["mean"]) and MIN_STD <= params["std"] < np.inf):
+            raise ValueError(f"a Gaussian needs a finite mean and a finite std >= {MIN_STD}")
 
 
 @register
@@ -271,7 +271,7 @@ class Categorical(LeafType):
     @staticmethod
     def check(params):
         probs = params["probs"]
-        if probs.ndim != 1 or (probs < 0).any() or abs(probs.sum() - 1) > 1e-6:
+        if probs.ndim != 1 or not (probs >= 0).all() or not abs(probs.sum() - 1) <= 1e-6:
             raise ValueError("categorical probabilities must be >= 0 and sum to 1")
 
 
@@ -388,10 +388,11 @@ class Histogram(LeafType):
     @staticmethod
     def check(params):
         e, q = params["edges"], params["probs"]
-        if len(e) != len(q) + 1 or (np.diff(e) <= 0).any() or abs(q.sum() - 1) > 1e-6 or (q < 0).any():
+        if len(e) != len(q) + 1 or not (np.diff(e) > 0).all() or not abs(q.sum() - 1) <= 1e-6 \
+                or not (q >= 0).all():
             raise ValueError("a histogram needs increasing edges and bin probabilities summing to 1")
-        if not (params["std"] > 0 and 0 < params["eps"] < 1):
-            raise ValueError("a histogram's tail needs std > 0 and 0 < eps < 1")
+        if not (MIN_STD <= params["std"] < np.inf and 0 < params["eps"] < 1):
+            raise ValueError(f"a histogram's tail needs a finite std >= {MIN_STD} and 0 < eps < 1")
 
 
 def default_leaf(kind: str, continuous: str = "gaussian") -> str:

@@ -136,7 +136,7 @@ class Circuit:
                 raise FedpgmError(f"{where} has a child that is not before it (cycle or bad order)")
             if isinstance(node, Sum):
                 w = node.weights
-                if len(w) != len(node.children) or (w < 0).any() or abs(w.sum() - 1) > 1e-6:
+                if len(w) != len(node.children) or not (w >= 0).all() or not abs(w.sum() - 1) <= 1e-6:
                     raise FedpgmError(f"{where}: weights must be >= 0, one per child, summing to 1 "
                                       f"(got {np.round(w, 6).tolist()})")
                 first = scopes[node.children[0]]

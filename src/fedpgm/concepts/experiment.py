@@ -9,7 +9,6 @@ split into K disjoint parts; each keeps labels only for its subgraph's nodes.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from fedpgm.data.partition import ClientData, Partition
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
+from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.federation.privacy import PrivacyAudit
 
 
@@ -200,7 +200,7 @@ def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d
     from fedpgm.federation.deploy import LoopbackDeployment
 
     full = Schema(tuple({f.name: f for c in clients for f in c.schema.features}.values()))
-    with tempfile.TemporaryDirectory(prefix="fedpgm-fcm-") as tmp:
+    with private_tempdir("fedpgm-fcm-") as tmp:
         tmp = Path(tmp)
         Partition("hybrid", full, clients, dataset=f"bn:{d.network}").write(tmp / "partition")
         np.savez(tmp / "val.npz", x=val[0], y=val[1])

@@ -36,6 +36,7 @@ from torch import nn
 
 from fedpgm.errors import FedpgmError
 from fedpgm.files import atomic_folder
+from fedpgm.model_files import check_file, check_finite, file_record, read_json
 
 KINDS = ("cbm", "cem", "cgm", "c2bm", "opaque")
 ENCODER, SCORER = "encoder", "scorer"
@@ -307,8 +308,9 @@ def save_model(model: ConceptModel, folder, meta: dict | None = None):
     """``model.json`` (architecture + ``meta``) and ``weights.safetensors``, written atomically."""
     folder = Path(folder)
     with atomic_folder(folder) as tmp:
-        (tmp / "model.json").write_text(json.dumps({"format": FORMAT, "spec": model.spec(), "meta": meta or {}}))
         save_file(arrays(model), str(tmp / "weights.safetensors"))
+        (tmp / "model.json").write_text(json.dumps({"format": FORMAT, "spec": model.spec(), "meta": meta or {},
+                                                    "weights": file_record(tmp / "weights.safetensors")}))
     return folder
 
 
@@ -317,11 +319,15 @@ def load_model(folder) -> tuple[ConceptModel, dict]:
     folder = Path(folder)
     if not (folder / "model.json").is_file() or not (folder / "weights.safetensors").is_file():
         raise FedpgmError(f"{folder} is not a concept-model folder; write one with `fedpgm concepts fit --out`")
+    doc = read_json(folder / "model.json")
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise FedpgmError(f"{folder}/model.json is not a {FORMAT} file")
+    check_file(folder / "weights.safetensors", doc.get("weights"), str(folder))
     try:
-        doc = json.loads((folder / "model.json").read_text())
         weights = load_file(str(folder / "weights.safetensors"))
-    except (json.JSONDecodeError, SafetensorError, OSError) as e:
+    except (SafetensorError, OSError) as e:
         raise FedpgmError(f"{folder}: cannot read the model ({e}); write it again") from None
+    check_finite(weights, str(folder))
     if doc.get("format") != FORMAT:
         raise FedpgmError(f"{folder}/model.json is not a {FORMAT} file")
     try:

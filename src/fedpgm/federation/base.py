@@ -2,14 +2,18 @@
 
 ``broadcast`` sends one request per client (concurrently where the backend can) and returns
 ``Replies``: the decoded messages of the clients that answered and a typed ``ClientFailure``
-for each that did not (it raised, timed out, disappeared or sent undecodable bytes). Nothing
-hangs beyond the timeout and no reply goes missing silently; the algorithm decides whether to
-go on (``replies.require_all()`` raises ``ClientFailed`` naming the clients).
+for each that did not (it raised, timed out, disappeared or sent undecodable bytes). Every
+exchange has a deadline (``timeout``, default the federation's ``timeout``); a client reported
+``unavailable`` is asked once more (a node that comes back within the deadline answers). The
+algorithm decides whether to go on: ``replies.require_all()`` raises ``ClientFailed`` naming the
+clients; ``replies.require(quorum)`` goes on with those that answered if at least ``quorum``
+did, and the federation records the others in ``left_out`` for the report.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -21,6 +25,7 @@ from fedpgm.federation.codec import CodecError, Message, decode, encode
 from fedpgm.federation.ledger import Ledger
 
 FAILURE_KINDS = ("error", "timeout", "unavailable", "decode")
+DEFAULT_TIMEOUT_S = 3600.0  # per exchange; runs set their own (``--timeout`` on the CLI)
 logger = logging.getLogger("fedpgm.federation")
 
 
@@ -49,10 +54,20 @@ class ClientFailed(FedpgmError):
 class Replies:
     messages: dict[str, Message] = field(default_factory=dict)
     failures: dict[str, ClientFailure] = field(default_factory=dict)
+    left_out: dict[str, ClientFailure] | None = None  # the federation's record (see ``require``)
 
     def require_all(self) -> dict[str, Message]:
         if self.failures:
             raise ClientFailed(list(self.failures.values()))
+        return self.messages
+
+    def require(self, quorum: int | None) -> dict[str, Message]:
+        """The replies if at least ``quorum`` clients answered (``None``: all of them); the
+        clients that did not are recorded as left out. Otherwise ``ClientFailed``."""
+        if quorum is None or len(self.messages) < quorum:
+            return self.require_all()
+        if self.left_out is not None:
+            self.left_out.update(self.failures)
         return self.messages
 
     def __getitem__(self, client: str) -> Message:
@@ -69,11 +84,18 @@ AuditHook = Callable[[str, Message], None]
 class Federation(ABC):
     """A handle on K clients. Subclasses implement ``_exchange`` (bytes in, bytes out)."""
 
-    def __init__(self, client_ids: Iterable[str], audit: AuditHook | None = None) -> None:
+    def __init__(self, client_ids: Iterable[str], audit: AuditHook | None = None,
+                 timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
         self._clients = list(client_ids)
         self.ledger = Ledger()
         self.audit = audit
+        self.timeout = timeout
         self.lost: dict[str, ClientFailure] = {}  # clients that are gone for good
+        self.left_out: dict[str, ClientFailure] = {}  # clients a quorum went on without
+
+    def left_out_report(self) -> dict[str, str]:
+        """Who a quorum left out and why, for a run's report."""
+        return {c: f"{f.kind} on '{f.message}': {f.detail}" for c, f in self.left_out.items()}
 
     @property
     def clients(self) -> list[str]:
@@ -115,13 +137,16 @@ class Federation(ABC):
                   per_client: dict[str, tuple[dict, dict]] | None = None) -> Replies:
         """Send ``name`` to ``clients`` (default: all reachable) in one round.
 
-        ``per_client[c] = (arrays, config)`` overrides the payload for client ``c``.
+        ``per_client[c] = (arrays, config)`` overrides the payload for client ``c``; ``timeout``
+        (seconds, default ``self.timeout``) bounds the whole exchange.
         """
         targets = list(self.clients if clients is None else clients)
         unknown = [c for c in targets if c not in self._clients]
         if unknown:
             raise FedpgmError(f"unknown client(s) {unknown}; the federation has {self._clients}")
-        replies = Replies()
+        timeout = self.timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        replies = Replies(left_out=self.left_out)
         self.ledger.new_round()
         requests = {}
         for c in targets:
@@ -134,6 +159,13 @@ class Federation(ABC):
             self.ledger.record("down", c, name, len(data))
             requests[c] = data
         outcomes = self._exchange(requests, {c: name for c in requests}, timeout)
+        again = {c: requests[c] for c, o in outcomes.items()
+                 if isinstance(o, ClientFailure) and o.kind == "unavailable"}
+        left = None if deadline is None else deadline - time.monotonic()
+        if again and (left is None or left > 0):  # one retry: a node that came back answers
+            self.log(f"asking {sorted(again)} once more after: "
+                     + "; ".join(str(outcomes[c]) for c in again))
+            outcomes.update(self._exchange(again, {c: name for c in again}, left))
         for c in requests:
             out = outcomes.get(c, ClientFailure(c, name, "unavailable", "no reply"))
             if isinstance(out, ClientFailure):

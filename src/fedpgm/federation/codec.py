@@ -6,6 +6,11 @@ deliberately simple (no pickle; nothing in it is ever executed)::
     b"FPGM" | version (1 byte) | header length (8 bytes, little endian) | header JSON (utf-8)
     | zero padding to 64 bytes | each array's raw bytes, each padded to 64 bytes
 
+Bytes from a peer are untrusted: ``decode`` turns every malformed input into a ``CodecError``
+(never another exception), bounds the config's nesting, checks each array's dtype, shape and
+offset as Python integers, and refuses arrays that overlap, so decoding never uses more memory
+than the message itself. NaN and Infinity are refused in configs (``json`` would accept them).
+
 The header holds the name, the config and, per array, its name, dtype string (with byte
 order, e.g. ``<f8``), shape, offset and byte count, so dtypes and shapes come back exactly.
 Encoding is one copy of each array into a preallocated buffer; decoding one copy out.
@@ -21,11 +26,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedpgm.errors import FedpgmError
+from fedpgm.model_files import json_depth
 
 MAGIC = b"FPGM"
 VERSION = 1
 ALIGN = 64
 ALLOWED_KINDS = "biufc"  # bool, signed, unsigned, float, complex: never object or void
+MAX_DIMS = 32  # as numpy
+MAX_BYTES = 2 ** 48  # no single dimension may claim more
+MAX_CONFIG_DEPTH = 64
 
 
 class CodecError(FedpgmError):
@@ -54,6 +63,9 @@ def encode(message: Message) -> np.ndarray:
     """Message -> bytes, as a 1-D uint8 array (bytes-like; see the module docstring)."""
     if not isinstance(message.name, str) or not message.name:
         raise CodecError("a message needs a non-empty string name")
+    if not isinstance(message.config, dict) or json_depth(message.config, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        raise CodecError(f"config of message '{message.name}' must be a dict nested at most "
+                         f"{MAX_CONFIG_DEPTH} levels deep")
     arrays, entries, offset = [], [], 0
     for key, value in message.arrays.items():
         if not isinstance(key, str):
@@ -69,8 +81,8 @@ def encode(message: Message) -> np.ndarray:
         offset += arr.nbytes + pad(arr.nbytes)
     try:
         header = json.dumps({"name": message.name, "config": message.config, "arrays": entries},
-                            separators=(",", ":")).encode("utf-8")
-    except (TypeError, ValueError) as e:
+                            separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as e:
         raise CodecError(f"config of message '{message.name}' is not JSON-compatible ({e})") from None
     start = len(MAGIC) + 1 + 8 + len(header)
     start += pad(start)
@@ -87,8 +99,52 @@ def encode(message: Message) -> np.ndarray:
     return buf
 
 
+def reject_constant(name: str):
+    raise CodecError(f"config holds {name}; only finite numbers may be sent")
+
+
+def is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_entry(entry, body: int, end: int) -> tuple[str, np.dtype, tuple[int, ...], int, int]:
+    """One array entry, checked: (key, dtype, shape, offset, nbytes). ``end`` is where the
+    previous array's bytes ended: offsets must increase, so no two arrays share bytes."""
+    if not isinstance(entry, list) or len(entry) != 5:
+        raise CodecError(f"corrupt array entry {str(entry)[:80]} (want [name, dtype, shape, offset, bytes])")
+    key, dtype_str, shape, off, nbytes = entry
+    if not isinstance(key, str) or not isinstance(dtype_str, str) or not isinstance(shape, list):
+        raise CodecError(f"corrupt array entry {str(entry)[:80]} (name, dtype or shape of the wrong type)")
+    try:
+        dtype = np.dtype(dtype_str)
+    except (TypeError, ValueError, SyntaxError):
+        raise CodecError(f"array '{key}' declares dtype {dtype_str[:40]!r}, which is not a numpy dtype") from None
+    if dtype.kind not in ALLOWED_KINDS or dtype.hasobject or dtype.shape:
+        raise CodecError(f"array '{key}' declares dtype {dtype_str[:40]}, which is not allowed")
+    if len(shape) > MAX_DIMS or not all(is_int(d) and 0 <= d <= MAX_BYTES for d in shape):
+        raise CodecError(f"array '{key}' declares shape {str(shape)[:80]}: want at most {MAX_DIMS} "
+                         "non-negative integer sizes")
+    if not is_int(off) or not is_int(nbytes) or off % ALIGN or off < end or nbytes < 0:
+        raise CodecError(f"array '{key}' declares offset {off!r} / size {nbytes!r}: want aligned, "
+                         "increasing integer offsets (no two arrays may share bytes)")
+    size = dtype.itemsize
+    for d in shape:  # Python integers: no overflow
+        size *= d
+    if size != nbytes:
+        raise CodecError(f"array '{key}' declares shape {tuple(shape)} that does not match {nbytes} bytes")
+    if off + nbytes > body:
+        raise CodecError(f"array '{key}' lies outside the message (truncated?)")
+    return key, dtype, tuple(shape), off, nbytes
+
+
 def decode(data) -> Message:
-    """Bytes-like -> Message; any malformed input raises ``CodecError`` (never executes anything)."""
+    """Bytes-like -> Message; any malformed input raises ``CodecError`` (never executes anything).
+
+    Checked: magic, version, header length, JSON (no NaN/Infinity, nesting at most
+    ``MAX_CONFIG_DEPTH``), every array entry (``check_entry``); memory used is at most the
+    message's size plus its header, whatever the declared shapes say. Array values are not
+    judged here (NaN marks a missing value in query rows); each handler checks what it reads.
+    """
     view = memoryview(data).cast("B")
     head = len(MAGIC) + 9
     if len(view) < head or bytes(view[: len(MAGIC)]) != MAGIC:
@@ -99,26 +155,27 @@ def decode(data) -> Message:
     if head + hlen > len(view):
         raise CodecError("truncated message (header longer than the data)")
     try:
-        header = json.loads(bytes(view[head: head + hlen]).decode("utf-8"))
-        name, config, entries = header["name"], header["config"], header["arrays"]
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        header = json.loads(bytes(view[head: head + hlen]).decode("utf-8"), parse_constant=reject_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CodecError(f"corrupt message header ({e})") from None
+    except RecursionError:
+        raise CodecError(f"message header nested too deeply (at most {MAX_CONFIG_DEPTH} levels)") from None
+    if not isinstance(header, dict) or set(header) != {"name", "config", "arrays"}:
+        raise CodecError("corrupt message header (want the keys name, config and arrays)")
+    name, config, entries = header["name"], header["config"], header["arrays"]
+    if not isinstance(name, str) or not name or not isinstance(config, dict) or not isinstance(entries, list):
+        raise CodecError("corrupt message header (name must be a string, config an object, arrays a list)")
+    if json_depth(config, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        raise CodecError(f"config of message '{name[:40]}' is nested deeper than {MAX_CONFIG_DEPTH} levels")
     start = head + hlen
     start += pad(start)
-    arrays = {}
+    body = max(0, len(view) - start)
+    arrays, end = {}, 0
     for entry in entries:
-        try:
-            key, dtype_str, shape, off, nbytes = entry
-            dtype = np.dtype(dtype_str)
-            shape = tuple(int(s) for s in shape)
-        except (TypeError, ValueError) as e:
-            raise CodecError(f"corrupt array entry {entry!r} ({e})") from None
-        if dtype.kind not in ALLOWED_KINDS or dtype.hasobject:
-            raise CodecError(f"array '{key}' declares dtype {dtype_str}, which is not allowed")
-        if any(s < 0 for s in shape) or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != nbytes:
-            raise CodecError(f"array '{key}' declares shape {shape} that does not match {nbytes} bytes")
-        if off < 0 or start + off + nbytes > len(view):
-            raise CodecError(f"array '{key}' lies outside the message (truncated?)")
-        raw = np.frombuffer(view[start + off: start + off + nbytes], dtype=np.uint8)
+        key, dtype, shape, off, nbytes = check_entry(entry, body, end)
+        if key in arrays:
+            raise CodecError(f"array '{key}' appears twice in message '{name[:40]}'")
+        end = off + nbytes
+        raw = np.frombuffer(view[start + off: start + end], dtype=np.uint8)
         arrays[key] = raw.copy().view(dtype).reshape(shape)
     return Message(name, arrays, config)

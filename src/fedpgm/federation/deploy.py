@@ -3,7 +3,10 @@ CSV (as written by ``fedpgm partition``), then ``flwr run``.
 
 ``LoopbackDeployment`` starts every process itself (ports chosen free on 127.0.0.1, each in its
 own process group), records their PIDs, and stops all of them, children included, on
-``stop()``/exit. The same commands with TLS and SuperNode authentication work across machines:
+``stop()``/exit, then removes its work folder if it made it. Every group and that folder are
+also registered with this process's reaper (``lifecycle.guard``), so a SIGKILL of the parent
+still stops them. A run fails within seconds when ``flwr run`` or the SuperLink exits without a
+result. The same commands with TLS and SuperNode authentication work across machines:
 see ``docs/runtime.md``.
 """
 
@@ -12,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,7 +28,9 @@ from importlib.resources import files
 from pathlib import Path
 
 from fedpgm.errors import FedpgmError
+from fedpgm.federation.lifecycle import guard
 
+EXIT_GRACE_S = 5.0
 ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
 
@@ -94,22 +101,25 @@ class LoopbackDeployment:
         unknown = [c for c in self.client_ids if c not in self.files]
         if unknown:
             raise FedpgmError(f"no client(s) {unknown} in {manifest}; it has {list(self.files)}")
+        self.own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fedpgm-flower-")).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.own_workdir:
+            guard().add_path(self.workdir)
         bindir = str(Path(sys.executable).parent)  # Flower starts its helpers by name from PATH
         self.env = {**os.environ, **ENV, "FLWR_HOME": str(self.workdir / "flwr-home"),
                     "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
         self.superlink: subprocess.Popen | None = None
         self.nodes: dict[str, Node] = {}
+        self.runs: list[Run] = []
         if port is not None and port_open(port):
             raise FedpgmError(f"port {port} on 127.0.0.1 is in use; choose another or leave it unset")
         self.port = port or 0
 
     # -- processes --------------------------------------------------------------------------
     def spawn(self, args: list[str], log: str, env: dict | None = None) -> subprocess.Popen:
-        out = open(self.workdir / log, "ab")
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env or self.env,
-                                start_new_session=True, cwd=self.workdir)
+        with open(self.workdir / log, "ab") as out:
+            return start_guarded(args, out, env or self.env, self.workdir)
 
     def start(self, timeout: float = 60.0) -> "LoopbackDeployment":
         self.port = self.port or free_port()
@@ -182,6 +192,8 @@ class LoopbackDeployment:
         kill_group(node.process, signal.SIGKILL)
 
     def stop(self) -> None:
+        for run in self.runs:
+            run.stop()
         procs = [n.process for n in self.nodes.values()] + ([self.superlink] if self.superlink else [])
         for p in procs:
             kill_group(p, signal.SIGTERM)
@@ -194,6 +206,10 @@ class LoopbackDeployment:
             while group_alive(p.pid) and time.monotonic() < deadline:
                 time.sleep(0.1)  # Flower's helper processes leave on their own within seconds
             kill_group(p, signal.SIGKILL)
+            guard().forget_group(p.pid)
+        if self.own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            guard().forget_path(self.workdir)
 
     def __enter__(self) -> "LoopbackDeployment":
         return self.start()
@@ -214,9 +230,9 @@ class LoopbackDeployment:
         log = self.workdir / f"flwr-run-{result.stem}.log"
         cmd = [flwr_tool("flwr"), "run", str(app_dir()), "loopback", "--stream", "--run-config", str(cfg)]
         with open(log, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                    start_new_session=True, cwd=self.workdir)
-        return Run(proc, result, log)
+            proc = start_guarded(cmd, out, self.env, self.workdir)
+        self.runs.append(Run(proc, result, log, self.superlink))
+        return self.runs[-1]
 
     def run(self, procedure: str, handlers: str, args: dict | None = None,
             clients: int | None = None, timeout: float = 300.0, wait_s: float = 120.0) -> dict:
@@ -226,40 +242,80 @@ class LoopbackDeployment:
 
 @dataclass
 class Run:
-    """A submitted ``flwr run``: its process, result file and streamed log."""
+    """A submitted ``flwr run``: its process, result file, streamed log and the SuperLink."""
 
     process: subprocess.Popen
     result_path: Path
     log: Path
+    superlink: subprocess.Popen | None = None
+    ended_at: float | None = None  # when ``flwr run`` was first seen to have exited
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self) -> str:
+        """The end of the streamed output on one line, without terminal colour codes."""
+        return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", self.output())[-600:].split())
+
+    def broken(self) -> str | None:
+        """Why no result can come any more (the SuperLink died; ``flwr run`` exited more than
+        ``EXIT_GRACE_S`` ago without one), or None while it still can."""
+        if self.superlink is not None and self.superlink.poll() is not None:
+            return f"the SuperLink exited (code {self.superlink.returncode}) during the run"
+        if self.process.poll() is not None:
+            self.ended_at = self.ended_at or time.monotonic()
+            if time.monotonic() - self.ended_at > EXIT_GRACE_S:  # `--stream` may exit just before
+                return f"`flwr run` exited (code {self.process.returncode}) without a result"
+        return None
 
     def wait_for(self, text: str, timeout: float = 300.0) -> None:
         """Block until the run's streamed output contains ``text`` (e.g. a procedure's log line)."""
         deadline = time.monotonic() + timeout
         while text not in self.output():
-            if self.result_path.exists() or time.monotonic() > deadline:
-                raise FedpgmError(f"the Flower run ended or timed out before printing '{text}': "
-                                  f"{self.output()[-800:].strip()}")
+            if self.result_path.exists():
+                self.raise_error()
+                raise FedpgmError(f"the Flower run ended before printing '{text}': {self.tail()}")
+            why = self.broken() or (time.monotonic() > deadline and f"no '{text}' within {timeout} s")
+            if why:
+                raise FedpgmError(f"the Flower run failed before printing '{text}': {why}: {self.tail()}")
             time.sleep(0.2)
+
+    def raise_error(self) -> None:
+        out = json.loads(self.result_path.read_text())
+        if "error" in out:
+            raise FedpgmError(f"the Flower run failed: {out['error']}")
 
     def result(self, timeout: float = 300.0) -> dict:
         deadline = time.monotonic() + timeout
-        while not self.result_path.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)  # `flwr run --stream` may exit before or after the result lands
+        why = None
+        while not self.result_path.exists():
+            why = self.broken() or (time.monotonic() > deadline and f"no result within {timeout} s")
+            if why:
+                break
+            time.sleep(0.2)
+        self.stop()
+        if not self.result_path.exists():
+            raise FedpgmError(f"the Flower run failed: {why}: {self.tail()}")
+        self.raise_error()
+        return json.loads(self.result_path.read_text())
+
+    def stop(self) -> None:
+        """Stop ``flwr run`` (and its group) if it still runs."""
         kill_group(self.process, signal.SIGTERM)
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             kill_group(self.process, signal.SIGKILL)
-        if not self.result_path.exists():
-            raise FedpgmError(f"the Flower run gave no result within {timeout} s: "
-                              f"{self.output()[-800:].strip()}")
-        out = json.loads(self.result_path.read_text())
-        if "error" in out:
-            raise FedpgmError(f"the Flower run failed: {out['error']}")
-        return out
+        guard().forget_group(self.process.pid)
+
+
+def start_guarded(args: list[str], out, env: dict, cwd: Path) -> subprocess.Popen:
+    """Start ``args`` in its own session, logging to ``out``, its group registered with the
+    reaper (so it dies with this process, however this process ends)."""
+    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True, cwd=cwd)
+    guard().add_group(proc.pid)
+    return proc
 
 
 def group_alive(pgid: int) -> bool:

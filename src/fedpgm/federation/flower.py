@@ -4,7 +4,8 @@ run by a Flower ServerApp and ClientApp across processes or machines.
 - ``server_app`` (``@server_app.main()`` on a ``Grid``) reads its run config: ``procedure``
   (``"module:function"``, called as ``procedure(federation, **args)``), ``handlers``
   (``"module:NAME"``), ``clients`` (how many SuperNodes to wait for), ``args-json``,
-  ``result`` (path of the JSON result it writes), ``timeout-s`` and ``wait-s``.
+  ``result`` (path of the JSON result it writes), ``timeout-s`` (the deadline of each exchange)
+  and ``wait-s`` (how long to wait for SuperNodes to connect).
 - ``client_app`` routes ``query.<name>``/``train.<name>`` to the handler of that name. Each
   SuperNode loads only its own data, from its node config: ``client-id``, ``data`` (its CSV,
   as written by ``fedpgm partition``), ``schema`` (``manifest.json`` or a schema JSON) and
@@ -38,7 +39,8 @@ from flwr.serverapp import Grid, ServerApp  # noqa: E402
 from fedpgm.data.partition import ClientData, load_client_csv  # noqa: E402
 from fedpgm.data.schema import Schema  # noqa: E402
 from fedpgm.errors import FedpgmError  # noqa: E402
-from fedpgm.federation.base import ClientFailure, Federation, Outcome, Payload  # noqa: E402
+from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation, Outcome,  # noqa: E402
+                                    Payload)
 from fedpgm.federation.handlers import (ClientContext, HandlerSet, load_handlers,  # noqa: E402
                                         load_state, save_state)
 from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
@@ -64,11 +66,11 @@ class FlowerFederation(Federation):
     """A federation over a Flower ``Grid`` (inside a ServerApp)."""
 
     def __init__(self, grid: Grid, handlers: HandlerSet, expected: int, wait_s: float = 120.0,
-                 audit=None) -> None:
+                 audit=None, timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
         self.grid, self.handlers, self.wait_s = grid, handlers, wait_s
         self.node_of: dict[str, int] = {}
         self.greet(expected, wait_s)
-        super().__init__(sorted(self.node_of), audit)
+        super().__init__(sorted(self.node_of), audit, timeout)
         self.log(f"clients: {self.node_of}")
 
     def greet(self, expected: int, wait_s: float) -> None:
@@ -165,7 +167,8 @@ def server_main(grid: Grid, context: Context) -> None:
     result_path = Path(str(cfg["result"]))
     try:
         handlers = load_handlers(str(cfg["handlers"]))
-        fed = FlowerFederation(grid, handlers, int(cfg["clients"]), float(cfg.get("wait-s", 120.0)))
+        fed = FlowerFederation(grid, handlers, int(cfg["clients"]), float(cfg.get("wait-s", 120.0)),
+                               timeout=float(cfg.get("timeout-s", DEFAULT_TIMEOUT_S)))
         result = run_procedure(fed, str(cfg["procedure"]), json.loads(str(cfg.get("args-json", "{}"))))
         result["backend"] = "flower"
         write_json_atomic(result_path, result)

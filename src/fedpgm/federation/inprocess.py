@@ -29,9 +29,10 @@ from threadpoolctl import threadpool_limits
 
 from fedpgm.data.partition import ClientData, Partition
 from fedpgm.errors import FedpgmError
-from fedpgm.federation.base import AuditHook, ClientFailure, Federation, Outcome
+from fedpgm.federation.base import DEFAULT_TIMEOUT_S, AuditHook, ClientFailure, Federation, Outcome
 from fedpgm.federation.codec import decode, encode
 from fedpgm.federation.handlers import ClientContext, HandlerSet, load_handlers
+from fedpgm.federation.lifecycle import watch_parent, worker_signals
 
 MODES = ("processes", "sequential")
 OK, FAILED = b"\x00", b"\x01"
@@ -47,7 +48,10 @@ def serve_one(handlers: HandlerSet, ctx: ClientContext, request) -> tuple[bytes,
 
 def client_process(conn: Connection, client_id: str, data: ClientData, handlers_path: str,
                    workdir: str) -> None:
-    """Worker loop: one request at a time until the pipe closes."""
+    """Worker loop: one request at a time until the pipe closes or the parent dies (then the
+    client's work folder is removed and the worker exits)."""
+    worker_signals()
+    watch_parent(lambda: remove_workdir(Path(workdir)))
     # A forked child must not enter the parent's OpenMP pools (libgomp is not fork-safe: a child
     # whose parent ran a parallel region hangs in its first one), so every pool runs one thread.
     threadpool_limits(1)
@@ -68,6 +72,15 @@ def client_process(conn: Connection, client_id: str, data: ClientData, handlers_
             conn.send_bytes(payload)
         except (BrokenPipeError, OSError):
             return
+
+
+def remove_workdir(workdir: Path) -> None:
+    """An orphaned worker's clean-up: its own folder, and the federation's if now empty."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    try:
+        workdir.parent.rmdir()
+    except OSError:
+        pass
 
 
 class Worker:
@@ -97,12 +110,13 @@ class InProcessFederation(Federation):
 
     ``handlers``: ``"package.module:NAME"`` of a ``HandlerSet`` (a ``HandlerSet`` object is
     accepted in ``sequential`` mode). ``audit``: a hook called with (client, reply) for every
-    reply, e.g. ``PrivacyAudit(partition)``.
+    reply, e.g. ``PrivacyAudit(partition)``. ``timeout``: seconds per exchange (None: none).
     """
 
     def __init__(self, clients: Sequence[ClientData] | Partition, handlers: str | HandlerSet,
                  mode: str = "processes", max_workers: int | None = None,
-                 workdir: str | Path | None = None, audit: AuditHook | None = None) -> None:
+                 workdir: str | Path | None = None, audit: AuditHook | None = None,
+                 timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
         clients = list(clients.clients if isinstance(clients, Partition) else clients)
         if not clients:
             raise FedpgmError("a federation needs at least one client")
@@ -111,7 +125,7 @@ class InProcessFederation(Federation):
             raise FedpgmError(f"client ids must be unique, got {ids}")
         if mode not in MODES:
             raise FedpgmError(f"unknown mode '{mode}'; use one of {MODES}")
-        super().__init__(ids, audit)
+        super().__init__(ids, audit, timeout)
         self.mode = mode
         self.max_workers = max(1, max_workers or os.cpu_count() or 1)
         self._own_workdir = workdir is None

@@ -14,7 +14,6 @@ timed by their process CPU time, so a shared or busy machine does not skew the r
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,7 @@ from fedpgm.data import partition
 from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
+from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.server import fit_fedpc, learner_params
 from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
@@ -195,7 +195,7 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
         if out is not None:
             model.save(out)
     else:  # the model is fitted in the ServerApp's process and read back from its folder
-        with tempfile.TemporaryDirectory(prefix="fedpgm-fcdt-") as tmp:
+        with private_tempdir("fedpgm-fcdt-") as tmp:
             folder = Path(out) if out is not None else Path(tmp) / "model"
             fit_flower(part, ds, settings, folder, "fcdt")
             wall = time.perf_counter() - wall
@@ -223,7 +223,7 @@ def fit_flower(part, ds: Dataset, settings: FitSettings, out, method: str = "fed
     the fit's info, test log-likelihoods (FedPC only) and class probabilities."""
     from fedpgm.federation.deploy import LoopbackDeployment
 
-    with tempfile.TemporaryDirectory(prefix="fedpgm-fedpc-") as tmp:
+    with private_tempdir("fedpgm-fedpc-") as tmp:
         tmp = Path(tmp)
         part.write(tmp / "partition")
         np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))

@@ -28,6 +28,7 @@ from fedpgm.circuits.io import load_circuit, save_circuit
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
+from fedpgm.model_files import read_json
 from fedpgm.federation.base import Federation
 from fedpgm.fedpc.plan import Plan, combine
 from fedpgm.files import atomic_folder
@@ -147,14 +148,15 @@ class FedPC:
         path = folder / "fedpc.json"
         if not path.is_file():
             raise FedpgmError(f"{folder} has no fedpc.json; pass a folder written by `fedpgm fedpc fit --out`")
-        try:
-            doc = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise FedpgmError(f"{path} is not valid JSON ({e})") from None
+        doc = read_json(path)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise FedpgmError(f"{path} is not a {FORMAT} file")
+        missing = [k for k in ("schema", "plan") if not isinstance(doc.get(k), dict)]
+        if missing:
+            raise FedpgmError(f"{path} lacks {missing}; pass a folder written by `fedpgm fedpc fit --out`")
         schema = Schema.from_dict(doc["schema"])
+        plan = Plan.from_dict(doc["plan"])
         circuit = load_circuit(folder / "circuit")[0] if doc.get("placement") == "server" else None
         if circuit is not None and circuit.schema.names != schema.names:
             raise FedpgmError(f"{folder}: the circuit's variables differ from fedpc.json's schema")
-        return cls(schema, Plan.from_dict(doc["plan"]), circuit, doc.get("info", {}))
+        return cls(schema, plan, circuit, doc.get("info", {}))

@@ -48,6 +48,7 @@ from sklearn.tree import DecisionTreeClassifier
 
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
+from fedpgm.model_files import check_file, check_finite, file_record, read_json
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
 from fedpgm.files import atomic_folder
@@ -352,16 +353,21 @@ class TreeCircuit:
         arrays = {k: v for i, e in enumerate(self.experts.values()) for k, v in e.arrays(f"{i}_").items()}
         arrays |= {k: v for i, e in enumerate(self.references.values()) for k, v in e.arrays(f"r{i}_").items()}
         with atomic_folder(folder) as tmp:
-            (tmp / "trees.json").write_text(json.dumps(meta, indent=1))
             np.savez(tmp / "trees.npz", **arrays)
+            meta["arrays"] = file_record(tmp / "trees.npz")
+            (tmp / "trees.json").write_text(json.dumps(meta, indent=1))
 
     @staticmethod
     def load(folder: str | Path) -> "TreeCircuit":
         folder = Path(folder)
         try:
-            meta = json.loads((folder / "trees.json").read_text())
+            meta = read_json(folder / "trees.json")
+            if not isinstance(meta, dict):
+                raise FedpgmError(f"{folder}/trees.json is not an FC[DT] model")
+            check_file(folder / "trees.npz", meta.get("arrays"), str(folder))
             with np.load(folder / "trees.npz", allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
+            check_finite(arrays, str(folder))
         except FileNotFoundError as e:
             raise FedpgmError(f"{folder} is not an FC[DT] model folder ({e.filename} is missing)") from None
         except (ValueError, OSError) as e:

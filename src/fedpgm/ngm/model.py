@@ -67,6 +67,7 @@ from fedpgm.data.schema import Schema
 from fedpgm.early_stopping import EarlyStopping
 from fedpgm.errors import FedpgmError
 from fedpgm.files import atomic_folder
+from fedpgm.model_files import check_file, check_finite, file_record, read_json
 from fedpgm.ngm.graph import adjacency, from_edges, to_edges, top_edges
 from fedpgm.ngm.layout import QUANTILES, Layout, numeric
 from fedpgm.ngm.network import NGMNet
@@ -625,8 +626,9 @@ class NGM:
         doc, arrays = self.to_payload()
         folder = Path(folder)
         with atomic_folder(folder) as tmp:
-            (tmp / MODEL_FILE).write_text(json.dumps(doc))
             save_file(arrays, str(tmp / WEIGHTS_FILE))
+            doc = {**doc, "weights": file_record(tmp / WEIGHTS_FILE)}
+            (tmp / MODEL_FILE).write_text(json.dumps(doc))
         return folder
 
     @staticmethod
@@ -636,9 +638,13 @@ class NGM:
         if not doc_path.is_file() or not weights_path.is_file():
             raise FedpgmError(f"{folder} is not an NGM folder ({MODEL_FILE} + {WEIGHTS_FILE}); "
                               "write one with `fedpgm ngm fit --out`")
+        doc = read_json(doc_path)
+        if not isinstance(doc, dict):
+            raise FedpgmError(f"{doc_path} is not an NGM model document")
+        check_file(weights_path, doc.get("weights"), str(folder))
         try:
-            doc = json.loads(doc_path.read_text())
             arrays = load_file(str(weights_path))
-        except (json.JSONDecodeError, SafetensorError, OSError) as e:
+        except (SafetensorError, OSError) as e:
             raise FedpgmError(f"{folder}: cannot read the model ({e}); write it again") from None
+        check_finite(arrays, str(folder))
         return NGM.from_payload(doc, arrays, str(folder))

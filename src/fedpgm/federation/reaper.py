@@ -1,0 +1,72 @@
+"""The reaper: a tiny guard process that cleans up after a parent that died without doing so.
+
+Started by ``fedpgm.federation.lifecycle.guard()`` as ``python reaper.py`` (run by path, so it
+imports only the standard library and starts in ~30 ms), in a session of its own. It reads
+lines from its stdin, whose write end only the parent holds:
+
+    +g PGID   a process group to stop      -g PGID   forget it (the parent stopped it)
+    +p PATH   a folder to remove           -p PATH   forget it (the parent removed it)
+
+When stdin reaches end of file (the parent exited, normally, by a signal or by SIGKILL), every
+group still registered gets SIGTERM, then SIGKILL after ``GRACE_S``, and every folder still
+registered is removed. A parent that cleaned up after itself has forgotten everything, so the
+reaper then simply exits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+
+GRACE_S = 5.0
+
+
+def alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def signal_groups(groups: set[int], sig: int) -> None:
+    for g in groups:
+        try:
+            os.killpg(g, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def reap(groups: set[int], paths: set[str]) -> None:
+    """Stop every group (TERM, then KILL after the grace period) and remove every folder."""
+    signal_groups(groups, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while any(alive(g) for g in groups) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    signal_groups(groups, signal.SIGKILL)
+    for p in paths:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the parent is not for us
+    groups: set[int] = set()
+    paths: set[str] = set()
+    for line in sys.stdin.buffer:
+        op, _, arg = line.decode("utf-8", "surrogateescape").rstrip("\n").partition(" ")
+        if op == "+g":
+            groups.add(int(arg))
+        elif op == "-g":
+            groups.discard(int(arg))
+        elif op == "+p":
+            paths.add(arg)
+        elif op == "-p":
+            paths.discard(arg)
+    reap(groups, paths)
+
+
+if __name__ == "__main__":
+    main()
