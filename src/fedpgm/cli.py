@@ -391,9 +391,9 @@ def main(argv: list[str] | None = None) -> None:
     nothing half-written) with exit code 128 + the signal (143 for SIGTERM)."""
     from fedpgm.federation.lifecycle import Terminated, stop_on_signals
 
-    stop_on_signals()
     try:
-        app(args=argv, prog_name="fedpgm")
+        with stop_on_signals():
+            app(args=argv, prog_name="fedpgm")
     except FedpgmError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

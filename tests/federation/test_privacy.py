@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from fedpgm.data import load_dataset, partition
+from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation import InProcessFederation, Message, PrivacyAudit, PrivacyViolation
 from fedpgm.federation.reference import federated_moments
 
@@ -62,7 +63,19 @@ def test_reference_algorithm_refuses_to_reveal_a_single_row():
                              audit=audit) as fed:
         res = federated_moments(fed)
         assert "client-0" in res["failed"] and "min_rows" in res["failed"]["client-0"]
-        # without the guard, the one-row "mean" is the raw row, and the audit catches it
+        # the server asking for min_rows 1 does not lower the client's floor (10 by default)
+        reply = fed.send("client-0", "moments", config={"columns": tiny.columns, "min_rows": 1})
+        assert "min_rows=10" in reply.failures["client-0"].detail
+    # a client whose own policy allows one row still runs the audit on its reply before it leaves
+    tiny.policy = ClientPolicy(min_rows=1)
+    with InProcessFederation(part, "fedpgm.federation.reference:HANDLERS", mode="sequential") as fed:
+        reply = fed.send("client-0", "moments", config={"columns": tiny.columns, "min_rows": 1})
+        assert "PrivacyViolation" in reply.failures["client-0"].detail
+        assert "contains row" in reply.failures["client-0"].detail
+    # and with the client's audit switched off, the server-side audit sees the raw row
+    tiny.policy = ClientPolicy(min_rows=1, audit=False)
+    with InProcessFederation(part, "fedpgm.federation.reference:HANDLERS", mode="sequential",
+                             audit=audit) as fed:
         with pytest.raises(PrivacyViolation, match="client 'client-0'.*contains row"):
             fed.send("client-0", "moments", config={"columns": tiny.columns, "min_rows": 1})
 
@@ -82,3 +95,74 @@ def test_low_entropy_discrete_rows_are_not_patterns_but_wide_ones_are():
     client = ClientData("c", schema, table)
     with pytest.raises(PrivacyViolation, match="row"):
         PrivacyAudit([client]).check("c", Message("m", {"x": table.iloc[3].to_numpy()}))
+
+
+# -- the leaks of issue 23, point 4: each caught by the audit --------------------------------
+
+@pytest.fixture(scope="module")
+def cancer():
+    return partition(load_dataset("breast_cancer", seed=0), "horizontal", 2, seed=0)
+
+
+def client_table(part, cid="client-0"):
+    c = part[cid]
+    return c, c.train[c.schema.names].to_numpy(dtype=float)
+
+
+@pytest.mark.parametrize("leak", ["column x 2", "column + 1e-3", "column in mm (x 1000) - 7", "negated column",
+                                  "column as float32", "sorted column", "reversed sorted column",
+                                  "reordered columns", "table without its label", "one row, columns shuffled"])
+def test_transformed_copies_are_caught(cancer, leak):
+    c, x = client_table(cancer)
+    col = x[:, 3]
+    rng = np.random.default_rng(1)
+    payload = {
+        "column x 2": col[:40] * 2,
+        "column + 1e-3": col[100:140] + 1e-3,
+        "column in mm (x 1000) - 7": col * 1000 - 7,
+        "negated column": -col[5:30],
+        "column as float32": col[:20].astype(np.float32),
+        "sorted column": np.sort(col)[50:80],
+        "reversed sorted column": np.sort(col)[::-1][:30],
+        "reordered columns": x[:, rng.permutation(x.shape[1])][:3].reshape(-1),
+        "table without its label": np.delete(x, c.schema.index(c.schema.label), axis=1)[:2].reshape(-1),
+        "one row, columns shuffled": x[7][rng.permutation(x.shape[1])],
+    }[leak]
+    noise = rng.normal(size=50)
+    with pytest.raises(PrivacyViolation, match="client 'client-0'"):
+        PrivacyAudit([c]).check("client-0", Message("m", {"w": np.concatenate([noise, payload, noise])}))
+
+
+def test_discrete_tables_are_caught_but_their_statistics_pass():
+    asia = load_dataset("bn:asia", rows=600, seed=0)
+    c = partition(asia, "horizontal", 1, seed=0).clients[0]
+    table = c.train[c.schema.names].to_numpy(dtype=float)
+    audit = PrivacyAudit([c])
+    for leak in (table[:40].reshape(-1), table[100:140].reshape(-1).astype(np.float32)):
+        with pytest.raises(PrivacyViolation, match="consecutive rows"):
+            audit.check(c.client_id, Message("m", {"t": leak}))
+    without_label = np.delete(table, c.schema.index(c.schema.label), axis=1)
+    with pytest.raises(PrivacyViolation, match="consecutive rows without the label"):
+        audit.check(c.client_id, Message("m", {"t": without_label[10:60].reshape(-1)}))
+    counts = np.stack([np.bincount(table[:, j].astype(int), minlength=2) for j in range(table.shape[1])])
+    audit.check(c.client_id, Message("m", {"counts": counts, "first": table[0], "cpt": counts / counts.sum(1, keepdims=True)}))
+
+
+def test_quantiles_and_index_lists_of_an_integer_column_are_not_raw_values():
+    """The NGM layout sends each numeric column's quantiles; an integer column's quantiles once
+    matched a run of its raw values (issue 23/28). Sorted runs are searched only for columns of
+    mostly distinct values, and runs need as many values as make a chance match unlikely."""
+    rng = np.random.default_rng(0)
+    hours = np.clip(np.round(rng.normal(40, 12, 3000)), 1, 99)
+    hours[rng.random(3000) < 0.45] = 40
+    import pandas as pd
+    from fedpgm.data.partition import ClientData
+    from fedpgm.data.schema import Feature, Schema
+    schema = Schema((Feature("hours", "continuous"), Feature("age", "continuous")))
+    frame = pd.DataFrame({"hours": hours, "age": np.round(rng.uniform(17, 90, 3000))})
+    c = ClientData("c", schema, frame)
+    audit = PrivacyAudit([c])
+    quantiles = np.quantile(hours, np.linspace(0, 1, 101))
+    audit.check("c", Message("layout", {"q": quantiles, "edges": np.arange(0, 100.0), "children": np.arange(500)}))
+    with pytest.raises(PrivacyViolation, match="column 'hours'"):
+        audit.check("c", Message("m", {"leak": hours[:40]}))

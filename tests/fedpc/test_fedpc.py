@@ -7,8 +7,9 @@ from fedpgm.circuits.estimator import LearnSPN
 from fedpgm.data import load_dataset, partition
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.federation import InProcessFederation, PrivacyAudit
-from fedpgm.federation.base import ClientFailure
+from fedpgm.data.policy import ClientPolicy
+from fedpgm.federation import InProcessFederation, PrivacyAudit, PrivacyViolation
+from fedpgm.federation.base import ClientFailed, ClientFailure
 from fedpgm.fedpc import FedPC, fit_fedpc
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
@@ -209,3 +210,40 @@ def test_the_label_client_clusters_each_class_apart(tmp_path):
     for plain in (clusters_of(ctx, names, 6, seed=0),  # random gluing: plain k-means
                   clusters_of(ctx, [n for n in names if n != ds.schema.label], 6, seed=0, by_label=True)):
         assert any(len(np.unique(y[plain == c])) == 2 for c in range(6))
+
+
+def test_a_server_asking_for_one_row_leaves_gets_a_clamped_fit():
+    """Issue 23, point 4: with min_instances_slice=1 a client's reply once carried thousands of
+    raw values as Gaussian leaf means. The client's policy raises it to its floor (10 rows behind
+    every leaf and cluster), says so in the reply, and the fit passes the audit on both sides."""
+    ds = load_dataset("breast_cancer", seed=0)
+    part = partition(ds, "horizontal", 2, seed=0)
+    audit = PrivacyAudit(part)
+    with InProcessFederation(part, HANDLERS, mode="sequential", audit=audit) as fed:
+        model = fit_fedpc(fed, clusters=2, params={"min_instances_slice": 1}, seed=0)
+    notes = model.info["client_policy"]
+    assert sorted(notes) == ["client-0", "client-1"]
+    assert all("min_instances_slice raised from 1 to 10" in n[0] for n in notes.values())
+    means = np.concatenate([np.ravel(nd.params["mean"]) for nd in model.circuit.nodes
+                            if getattr(nd, "dist", None) == "gaussian"])
+    raw = np.concatenate([c.train.to_numpy(dtype=float).ravel() for c in part.clients])
+    assert np.isin(means, raw).mean() < 0.05  # (a handful of columns are constant on a slice)
+    # without the floor (a client whose own policy allows one row, audit off) the leak is real
+    for c in part.clients:
+        c.policy = ClientPolicy(min_rows=1, audit=False)
+    with InProcessFederation(part, HANDLERS, mode="sequential", audit=audit) as fed:
+        with pytest.raises(PrivacyViolation, match="contains"):
+            fit_fedpc(fed, clusters=2, params={"min_instances_slice": 1}, seed=0)
+
+
+def test_a_client_refuses_clusters_smaller_than_its_floor_and_families_it_does_not_serve():
+    ds = load_dataset("breast_cancer", seed=0)
+    part = partition(ds, "vertical", 2, seed=0)
+    part.clients[0].policy = ClientPolicy(min_rows=200)
+    with InProcessFederation(part, HANDLERS, mode="sequential") as fed:
+        with pytest.raises(ClientFailed, match="will not send the circuit of cluster .* min_rows is 200"):
+            fit_fedpc(fed, clusters=3, seed=0)
+    part.clients[0].policy = ClientPolicy(families=("ngm",))
+    with InProcessFederation(part, HANDLERS, mode="sequential") as fed:
+        with pytest.raises(ClientFailed, match="client 'client-0' does not serve 'fedpc'.*allows ngm"):
+            fit_fedpc(fed, clusters=2, seed=0)

@@ -134,18 +134,20 @@ class CircuitEstimator(ABC):
 class LearnSPN(CircuitEstimator):
     """LearnSPN / Mixed SPN (``leaf="histogram"``); see ``fedpgm.circuits.learnspn``."""
 
-    _params = ("min_instances_slice", "threshold", "leaf", "seed", "precision", "min_std_fraction", "by_label")
+    _params = ("min_instances_slice", "threshold", "leaf", "seed", "precision", "min_std_fraction", "by_label",
+               "min_leaf_rows")
 
     def __init__(self, min_instances_slice: int = 100, threshold: float = 0.3, leaf: str = "gaussian",
                  seed: int = 0, precision: str = "float64", min_std_fraction: float = MIN_STD_FRACTION,
-                 by_label: bool = False) -> None:
+                 by_label: bool = False, min_leaf_rows: int = 1) -> None:
         self.min_instances_slice, self.threshold, self.leaf, self.seed = (
             min_instances_slice, threshold, leaf, seed)
         self.precision, self.min_std_fraction, self.by_label = precision, min_std_fraction, by_label
+        self.min_leaf_rows = min_leaf_rows
 
     def _learn(self, schema, X, floors):
         return learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed, floors=floors,
-                         by_label=self.by_label)
+                         by_label=self.by_label, min_leaf_rows=self.min_leaf_rows)
 
 
 class RatSPN(CircuitEstimator):

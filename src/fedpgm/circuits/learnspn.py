@@ -38,7 +38,7 @@ def fit_leaf(c: Circuit, X: np.ndarray, rows: np.ndarray, var: int, continuous: 
 
 class LearnSPNBuilder:
     def __init__(self, schema: Schema, X: np.ndarray, min_instances_slice: int, threshold: float,
-                 leaf: str, seed: int, floors: np.ndarray, progress=None) -> None:
+                 leaf: str, seed: int, floors: np.ndarray, progress=None, min_leaf_rows: int = 1) -> None:
         self.c = Circuit(schema)
         self.X = X
         self.floors = floors
@@ -46,6 +46,7 @@ class LearnSPNBuilder:
         self.min_instances, self.threshold, self.leaf = min_instances_slice, threshold, leaf
         self.rng = np.random.default_rng(seed)
         self.progress = progress
+        self.min_leaf_rows = min_leaf_rows
 
     def naive(self, rows: np.ndarray, scope: list[int]) -> int:
         leaves = [fit_leaf(self.c, self.X, rows, v, self.leaf, self.floors[v]) for v in scope]
@@ -79,7 +80,7 @@ class LearnSPNBuilder:
             return self.c.product([self.learn(rows, g) for g in groups])
         clusters = self.cluster(data, scope)
         sizes = [len(rows[clusters == k]) for k in (0, 1)]
-        if min(sizes) == 0:
+        if min(sizes) < max(1, self.min_leaf_rows):
             return self.naive(rows, scope)
         children = [self.learn(rows[clusters == k], scope) for k in (0, 1)]
         return self.c.sum(children, np.array(sizes) / len(rows))
@@ -88,8 +89,8 @@ class LearnSPNBuilder:
         """A sum over the label's observed values of (label leaf) x (circuit of the rest)."""
         y = self.X[rows, label]
         rest = [v for v in range(self.X.shape[1]) if v != label]
-        values = np.unique(y[~np.isnan(y)])
-        if len(values) < 2 or not rest:
+        values, counts = np.unique(y[~np.isnan(y)], return_counts=True)
+        if len(values) < 2 or not rest or counts.min() < self.min_leaf_rows:
             return self.learn(rows, list(range(self.X.shape[1])))
         children, sizes = [], []
         for value in values:
@@ -115,9 +116,11 @@ class LearnSPNBuilder:
 
 def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, threshold: float = 0.3,
               leaf: str = "gaussian", seed: int = 0, progress=None, floors: np.ndarray | None = None,
-              by_label: bool = False) -> Circuit:
+              by_label: bool = False, min_leaf_rows: int = 1) -> Circuit:
     """Learn a circuit over all of ``schema``'s variables from ``X`` (rows, variables); a
-    continuous leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``)."""
+    continuous leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``). No row
+    split leaves a part with fewer than ``min_leaf_rows`` rows, so (given ``X`` has that many)
+    every leaf is fitted on at least that many rows (a client's privacy floor)."""
     if min_instances_slice < 1:
         raise FedpgmError(f"min_instances_slice must be >= 1, got {min_instances_slice}")
     if not 0.0 <= threshold <= 1.0:
@@ -131,7 +134,10 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
     if empty:
         raise FedpgmError(f"column(s) {empty} have no observed values; drop them before learning")
     floors = std_floors(X) if floors is None else floors
-    builder = LearnSPNBuilder(schema, X, min_instances_slice, threshold, leaf, seed, floors, progress)
+    if min_leaf_rows < 1:
+        raise FedpgmError(f"min_leaf_rows must be >= 1, got {min_leaf_rows}")
+    builder = LearnSPNBuilder(schema, X, min_instances_slice, threshold, leaf, seed, floors, progress,
+                              min_leaf_rows)
     everything = np.arange(len(X))
     if by_label and schema.label is not None:
         builder.learn_by_label(everything, schema.index(schema.label))

@@ -29,6 +29,7 @@ from fedpgm.concepts.models import ConceptModel, arrays, load_arrays
 from fedpgm.concepts.privacy import ClientDP, DPSettings
 from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
 from fedpgm.early_stopping import EarlyStopping
+from fedpgm.data.policy import PolicyRefusal
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
@@ -70,12 +71,18 @@ def train(request: Message, ctx: ClientContext) -> Message:
     x, codes, nodes = split_table(ctx.data.train)
     settings = TrainSettings(**cfg["settings"])
     dp = None
-    if cfg.get("dp"):
-        dp = ClientDP(DPSettings(**cfg["dp"]), len(x), settings.batch_size, ctx.state.get("dp_history"))
+    wanted, notes = ctx.policy.dp(cfg.get("dp"), ctx.client_id)  # the client's floor, not the server's
+    ctx.notes.extend(notes)
+    if wanted:
+        dp = ClientDP(DPSettings(**wanted), len(x), settings.batch_size, ctx.state.get("dp_history"))
     t0 = time.process_time()
     units = local_train(model, x, codes, nodes, settings, dp)
     reply = {"units": units, "n_rows": len(x), "seconds": time.process_time() - t0}
     if dp is not None:
+        budget = ctx.policy.max_epsilon
+        if budget is not None and dp.epsilon() > budget * (1 + 1e-9):  # nothing leaves: nothing spent
+            raise PolicyRefusal(f"client '{ctx.client_id}' has spent its privacy budget (epsilon "
+                                f"{dp.epsilon():.3g} > {budget} with this update); it trains no more")
         ctx.state["dp_history"] = dp.history
         reply["epsilon"] = dp.epsilon()
         reply["epsilon_update"] = dp.update_epsilon(settings.epochs * dp.steps_per_epoch)
@@ -97,6 +104,7 @@ class RoundSettings:
     dp_epsilon: float | None = None  # DP-SGD on every client update (Opacus), delta 1e-5, clip 1.0
     dp_delta: float = 1e-5
     dp_scope: str = "training"  # calibrate the noise to the whole training or to each update (privacy.py)
+    min_clients: int | None = None  # a round goes on with this many of its chosen clients (None: all)
 
 
 def changed_fraction(before: dict[str, torch.Tensor], model: ConceptModel) -> float:
@@ -149,12 +157,13 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
         if s.dp_epsilon is not None:
             epochs = s.train.epochs if s.dp_scope == "update" else s.rounds * s.train.epochs
             cfg["dp"] = asdict(DPSettings(s.dp_epsilon, epochs, s.dp_delta))
-        replies = fed.broadcast("train", arrays(model), cfg, clients=chosen).require_all()
+        replies = fed.broadcast("train", arrays(model), cfg, clients=chosen).require(
+            None if s.min_clients is None else min(s.min_clients, len(chosen)))
         update = average([(dict(m.arrays), m.config["units"], m.config["n_rows"]) for m in replies.values()],
                          model.module_names())
         load_arrays(model, update)
         loss = task_loss(model, *val)
-        history.append({"round": r, "val_task_loss": loss, "clients": chosen})
+        history.append({"round": r, "val_task_loss": loss, "clients": sorted(replies)})
         for c, m in replies.items():
             if "epsilon" in m.config:
                 spent[c] = m.config["epsilon"]
@@ -165,7 +174,8 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
             break
     stop.restore()
     return {"model": model, "history": history, "joins": joins, "graph": agg.graph,
-            "removed_edges": agg.removed, "epsilon_spent": spent, "epsilon_per_update": per_update}
+            "removed_edges": agg.removed, "epsilon_spent": spent, "epsilon_per_update": per_update,
+            "left_out": fed.left_out_report()}
 
 
 def train_alone(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: list[str],

@@ -25,6 +25,7 @@ import pandas as pd
 
 from fedpgm.data.dataset import Dataset
 from fedpgm.data.loaders import read_csv_file
+from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import ROW_ID, Schema, infer_schema
 from fedpgm.errors import FedpgmError
 from fedpgm.files import atomic_folder
@@ -41,14 +42,16 @@ def client_ids(k: int) -> list[str]:
 
 @dataclass
 class ClientData:
-    """One client's private part: its columns (``schema``) of its rows (index ``row_id``), and
-    ``meta``: JSON the client knows about its data beyond the table (e.g. its concept graph)."""
+    """One client's private part: its columns (``schema``) of its rows (index ``row_id``),
+    ``meta``: JSON the client knows about its data beyond the table (e.g. its concept graph), and
+    ``policy``: its own privacy floors, which no server request lowers (``fedpgm.data.policy``)."""
 
     client_id: str
     schema: Schema
     train: pd.DataFrame
     test: pd.DataFrame | None = None
     meta: dict = field(default_factory=dict)
+    policy: ClientPolicy = field(default_factory=ClientPolicy)
 
     @property
     def columns(self) -> list[str]:

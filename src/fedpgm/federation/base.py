@@ -165,7 +165,10 @@ class Federation(ABC):
         if again and (left is None or left > 0):  # one retry: a node that came back answers
             self.log(f"asking {sorted(again)} once more after: "
                      + "; ".join(str(outcomes[c]) for c in again))
-            outcomes.update(self._exchange(again, {c: name for c in again}, left))
+            for c, out in self._exchange(again, {c: name for c in again}, left).items():
+                first = outcomes[c]
+                outcomes[c] = out if not isinstance(out, ClientFailure) else ClientFailure(
+                    c, name, out.kind, f"{first.detail}; asked again: {out.detail}")
         for c in requests:
             out = outcomes.get(c, ClientFailure(c, name, "unavailable", "no reply"))
             if isinstance(out, ClientFailure):

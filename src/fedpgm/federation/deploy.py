@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+from fedpgm.data.policy import ClientPolicy
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.lifecycle import guard
 
@@ -90,7 +91,8 @@ class LoopbackDeployment:
     """SuperLink + SuperNodes for the clients in ``partition_dir`` (its ``manifest.json``)."""
 
     def __init__(self, partition_dir: str | Path, workdir: str | Path | None = None,
-                 clients: list[str] | None = None, port: int | None = None) -> None:
+                 clients: list[str] | None = None, port: int | None = None,
+                 policies: dict[str, ClientPolicy] | None = None) -> None:
         self.partition_dir = Path(partition_dir).resolve()
         manifest = self.partition_dir / "manifest.json"
         if not manifest.is_file():
@@ -112,6 +114,7 @@ class LoopbackDeployment:
         self.superlink: subprocess.Popen | None = None
         self.nodes: dict[str, Node] = {}
         self.runs: list[Run] = []
+        self.policies = dict(policies or {})
         if port is not None and port_open(port):
             raise FedpgmError(f"port {port} on 127.0.0.1 is in use; choose another or leave it unset")
         self.port = port or 0
@@ -145,9 +148,11 @@ class LoopbackDeployment:
         port = free_port()
         work = self.workdir / "clients" / client_id
         work.mkdir(parents=True, exist_ok=True)
-        config = " ".join(f"{k}={toml_value(v)}" for k, v in {
-            "client-id": client_id, "data": str(self.files[client_id]),
-            "schema": str(self.partition_dir / "manifest.json"), "workdir": str(work)}.items())
+        values = {"client-id": client_id, "data": str(self.files[client_id]),
+                  "schema": str(self.partition_dir / "manifest.json"), "workdir": str(work)}
+        if client_id in self.policies:
+            values["policy"] = json.dumps(self.policies[client_id].to_dict(), separators=(",", ":"))
+        config = " ".join(f"{k}={toml_value(v)}" for k, v in values.items())
         env = {**self.env, "FLWR_HOME": str(work / "flwr-home")}
         proc = self.spawn([flwr_tool("flower-supernode"), "--insecure", "--superlink",
                            f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port", str(port),
@@ -212,20 +217,26 @@ class LoopbackDeployment:
             guard().forget_path(self.workdir)
 
     def __enter__(self) -> "LoopbackDeployment":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:  # (a failed or interrupted start: ``__exit__`` would not run)
+            self.stop()
+            raise
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
     # -- runs -------------------------------------------------------------------------------
     def submit(self, procedure: str, handlers: str, args: dict | None = None,
-               clients: int | None = None, timeout: float = 300.0, wait_s: float = 120.0) -> "Run":
-        """Start ``flwr run`` for ``procedure`` without waiting; see ``Run.result``."""
+               clients: int | None = None, timeout: float = 300.0, wait_s: float = 120.0,
+               exchange_timeout: float | None = None) -> "Run":
+        """Start ``flwr run`` for ``procedure`` without waiting; see ``Run.result``. ``timeout``
+        bounds each exchange with the clients unless ``exchange_timeout`` is given."""
         result = self.workdir / f"result-{time.time_ns()}.json"
         cfg = self.workdir / "run-config.toml"
         values = {"procedure": procedure, "handlers": handlers, "clients": clients or len(self.nodes),
                   "args-json": json.dumps(args or {}), "result": str(result),
-                  "timeout-s": float(timeout), "wait-s": float(wait_s)}
+                  "timeout-s": float(exchange_timeout or timeout), "wait-s": float(wait_s)}
         cfg.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
         log = self.workdir / f"flwr-run-{result.stem}.log"
         cmd = [flwr_tool("flwr"), "run", str(app_dir()), "loopback", "--stream", "--run-config", str(cfg)]
@@ -235,9 +246,11 @@ class LoopbackDeployment:
         return self.runs[-1]
 
     def run(self, procedure: str, handlers: str, args: dict | None = None,
-            clients: int | None = None, timeout: float = 300.0, wait_s: float = 120.0) -> dict:
-        """``flwr run`` the procedure and return its result dict (raises on failure)."""
-        return self.submit(procedure, handlers, args, clients, timeout, wait_s).result(timeout)
+            clients: int | None = None, timeout: float = 300.0, wait_s: float = 120.0,
+            exchange_timeout: float | None = None) -> dict:
+        """``flwr run`` the procedure and return its result dict (raises on failure): the whole
+        run within ``timeout``, each exchange within ``exchange_timeout`` (default the same)."""
+        return self.submit(procedure, handlers, args, clients, timeout, wait_s, exchange_timeout).result(timeout)
 
 
 @dataclass

@@ -10,7 +10,8 @@ run by a Flower ServerApp and ClientApp across processes or machines.
   SuperNode loads only its own data, from its node config: ``client-id``, ``data`` (its CSV,
   as written by ``fedpgm partition``), ``schema`` (``manifest.json`` or a schema JSON) and
   ``workdir`` (where its state is kept between messages; Flower starts a new process per
-  message).
+  message) and optionally ``policy``, the node's own privacy policy as a JSON object
+  (``fedpgm.data.policy``; defaults apply without it).
 - Payloads travel as an ``ArrayRecord`` holding the fedpgm codec's bytes (a uint8 ``Array``),
   so decoding, dtypes, shapes and byte counts are identical to the in-process backend.
 
@@ -37,6 +38,7 @@ from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
 from fedpgm.data.partition import ClientData, load_client_csv  # noqa: E402
+from fedpgm.data.policy import ClientPolicy  # noqa: E402
 from fedpgm.data.schema import Schema  # noqa: E402
 from fedpgm.errors import FedpgmError  # noqa: E402
 from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation, Outcome,  # noqa: E402
@@ -192,7 +194,8 @@ def node_context(context: Context) -> ClientContext:
     test = load_client_csv(test_path, cid, schema) if test_path.is_file() else None
     workdir = Path(str(nc["workdir"]))
     entry = next((e for e in doc.get("clients", []) if e.get("id") == cid), {})
-    data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}))
+    data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}),
+                      ClientPolicy.from_node_config(nc))
     return ClientContext(cid, data, workdir, load_state(workdir))
 
 

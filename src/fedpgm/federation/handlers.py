@@ -10,8 +10,11 @@ A federated algorithm defines one ``HandlerSet``::
     @HANDLERS.train("fit")
     def fit(request: Message, ctx: ClientContext) -> Message: ...
 
-Handlers see the request, the client's private data (``ctx.data``, a ``ClientData``) and its
-state (``ctx.state``), and return a reply. State values must be numpy arrays or JSON-compatible
+Handlers see the request, the client's private data (``ctx.data``, a ``ClientData``, with its
+privacy policy ``ctx.policy``) and its state (``ctx.state``), and return a reply. The runtime
+enforces the policy around every handler (``HandlerSet.handle``): the family allow-list before,
+the privacy audit of the reply after; handlers raise a server's row settings to the policy's
+floor with ``ctx.floor`` and refuse small statistics with ``ctx.require_rows``. State values must be numpy arrays or JSON-compatible
 values, so every backend can keep them (Flower starts a new process per message and keeps the
 state on disk under ``ctx.workdir``); larger models belong in files under ``ctx.workdir``.
 ``ctx.memo(key, compute)`` keeps values derived from the client's own data (e.g. encoded
@@ -32,8 +35,10 @@ from typing import Callable
 import numpy as np
 
 from fedpgm.data.partition import ClientData
+from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
+from fedpgm.federation.privacy import PrivacyAudit
 
 Handler = Callable[[Message, "ClientContext"], Message]
 JSON_TYPES = (str, int, float, bool, list, dict, type(None))
@@ -46,6 +51,25 @@ class ClientContext:
     workdir: Path
     state: dict = field(default_factory=dict)
     cache: dict = field(default_factory=dict, repr=False)  # derived values; never saved or sent
+    notes: list = field(default_factory=list)  # what the policy changed in this message's request
+
+    @property
+    def policy(self) -> ClientPolicy:
+        return self.data.policy
+
+    def floor(self, name: str, requested) -> int:
+        """``requested`` rows (a server setting such as ``min_instances_slice``) raised to the
+        policy's ``min_rows``; the change is noted in the reply."""
+        value = max(int(requested), self.policy.min_rows)
+        if value != requested:
+            self.notes.append(f"{name} raised from {requested} to {value} by the client's policy (min_rows)")
+        return value
+
+    def require_rows(self, n: int, what: str) -> None:
+        """Refuse to send a statistic of ``what`` computed on fewer than ``min_rows`` rows."""
+        if n < self.policy.min_rows:
+            raise PolicyRefusal(f"client '{self.client_id}' will not send {what} of {n} rows (its policy's "
+                                f"min_rows is {self.policy.min_rows})")
 
     def memo(self, key: str, compute: Callable[[], object]) -> object:
         """``compute()`` once per ``key`` while this context lives (``key`` must name every input
@@ -96,11 +120,19 @@ class HandlerSet:
         return self.handlers[name]
 
     def handle(self, request: Message, ctx: ClientContext) -> Message:
+        """Run the handler under the client's policy: its family allow-list first; after, the
+        privacy audit of the reply (unless the policy turns it off) and the policy's notes."""
+        ctx.policy.check_family(self.name, ctx.client_id)
         _, fn = self.lookup(request.name)
+        ctx.notes = []
         reply = fn(request, ctx)
         if not isinstance(reply, Message):
             raise FedpgmError(f"handler '{request.name}' returned {type(reply).__name__}, not a Message")
         ctx.check_state()
+        if ctx.policy.audit:
+            ctx.memo("privacy-audit", lambda: PrivacyAudit([ctx.data])).check(ctx.client_id, reply)
+        if ctx.notes:
+            reply.config["policy"] = list(ctx.notes)
         return reply
 
 

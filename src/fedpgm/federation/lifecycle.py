@@ -47,11 +47,19 @@ def raise_terminated(signum: int, frame) -> None:
     raise Terminated(signum)
 
 
-def stop_on_signals() -> None:
-    """Install the SIGTERM/SIGHUP handlers (main thread only; a no-op elsewhere)."""
-    if threading.current_thread() is threading.main_thread():
-        for s in STOP_SIGNALS:
-            signal.signal(s, raise_terminated)
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within the block, SIGTERM/SIGHUP raise ``Terminated`` (main thread only; elsewhere a
+    no-op); the previous handlers come back after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.signal(s, raise_terminated) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def worker_signals() -> None:

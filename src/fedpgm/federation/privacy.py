@@ -1,46 +1,74 @@
 """Privacy audit: prove that no client message carries that client's raw rows or columns.
 
-``PrivacyAudit(partition)`` is a hook for a federation (``audit=``): every reply a client sends
-is checked against that client's private table (train and test rows). A message fails if any
-array, or the numbers anywhere in its config, contain as a contiguous run
+``PrivacyAudit(clients)`` checks a message against each client's private table (train and test
+rows). Every client runs it on each of its replies before the reply leaves (``HandlerSet.handle``,
+unless its policy turns it off), on every backend; tests also pass it to a federation as
+``audit=`` to check the server's view. A message fails if any array, or the numbers anywhere in
+its config (flattened in order), contain as a contiguous run:
 
-- a complete raw row (all the client's columns, in its column order), or
-- more than ``max_column_run`` consecutive values of one continuous column (in row order).
+==========================  =====================================================================
+detector                    what it finds
+==========================  =====================================================================
+row                         a complete row, its columns in any order (rows with a continuous
+                            column; all-discrete rows in their own order), as float64 or float32
+row without the label       the same for the row's feature columns (a table sent without labels)
+column run                  ``w`` consecutive values of one column in row order, or any affine
+                            image ``a * x + b`` of them (scaled, shifted, negated, unit-changed)
+sorted column               ``w`` consecutive order statistics of one column (a sorted copy), or
+                            an affine image of them
+table                       ``k`` consecutive rows flattened row by row: tables whose single rows
+                            identify no one (few possible values, e.g. a Bayesian network sample)
+==========================  =====================================================================
 
-Values are compared at float32 precision, so a float32 copy of float64 data is caught too.
-The search is vectorised: sliding-window dot products with random weights (one convolution)
-find candidates, which are then confirmed exactly. Rows with missing values are not searched
-for, nor rows of a client whose columns allow fewer than 2^16 distinct rows (a row of five
-binary codes is a pattern of small integers found in any circuit structure, and identifies no
-one); discrete columns are left to the row rule (runs of small integer codes are in any model).
-Every algorithm's tests run with this audit on.
+``w`` and ``k`` come from the data's entropy, so a match by chance stays unlikely: a column run
+needs ``max(max_column_run + 1, RUN_BITS / H)`` values where ``H`` is the column's empirical
+entropy in bits (a continuous column: 6 values; hours-per-week, H = 3.9: 13; a binary column:
+left to the table detector, ``w`` would pass ``MAX_RUN_WIDTH``), a table ``TABLE_BITS / H_row``
+rows. Sorted runs are searched for in columns whose values are mostly distinct (``MIN_DISTINCT``;
+the sorted values of an integer column are runs of consecutive integers, found in any index list),
+and only windows whose gaps are at least two thirds distinct (values recorded to few digits are
+equally spaced where they are dense). Rows
+are searched for only where a row carries at least ``MIN_ROW_BITS`` bits (the sum of its
+columns' empirical entropies; 2^16 possible rows); below that the table detector stands in. Sorted runs must be strictly increasing (a run of ties
+is no information).
+
+What it does not detect, by design or by cost: values perturbed by noise, rounding to fewer
+digits than float32, non-affine transforms (log, ranks), subsets of rows or columns that are not
+contiguous in the message, a column spread over non-adjacent positions (strided), the sorted
+copy of a discrete column, rows whose values are partly missing, and anything derived from
+several rows (means, counts, quantiles): those are the statistics the algorithms are meant to
+send, and the client's policy (``fedpgm.data.policy``, ``min_rows``) bounds how few rows each may
+come from.
+
+The search is vectorised: each detector turns every window of the message into its canonical
+form (as is, sorted, or standardised to mean 0 and std 1; patterns are stored for
+``x`` and ``-x``), hashes it with one dot product with
+random weights, looks the hash up among the patterns' sorted hashes, and confirms candidates
+value by value.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from fedpgm.data.partition import ClientData, Partition
+from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 
-
 MIN_ROW_BITS = 16.0  # rows with fewer possible values than 2^16 identify no one
+RUN_BITS = 48.0  # information a column run or a table window must carry
+TABLE_BITS = 64.0
+MAX_RUN_WIDTH = 16  # a column needing a longer run (H < 3 bits) is left to the table detector
+MAX_TABLE_WIDTH = 256  # values in a table window
+MIN_DISTINCT = 0.5  # sorted runs only for columns at least this fraction of whose values are distinct
+CHUNK = 1 << 16  # windows canonicalised at once
+EXACT_TOL, AFFINE_TOL = 1e-9, 1e-5
 
 
-def row_bits(client: ClientData) -> float:
-    """log2 of the number of possible rows (infinite with a continuous column)."""
-    bits = 0.0
-    for f in client.schema.features:
-        if not f.discrete:
-            return float("inf")
-        bits += float(np.log2(max(f.cardinality, 1)))
-    return bits
-
-
-class PrivacyViolation(AssertionError):
+class PrivacyViolation(FedpgmError):
     """A client message contains raw data of that client."""
 
 
@@ -61,35 +89,176 @@ def as32(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float64).astype(np.float32).astype(np.float64)
 
 
-class Patterns:
-    """Sequences (rows of ``patterns``, shape (n, w)) to look for inside flat vectors."""
+def entropy_bits(values: np.ndarray) -> float:
+    """Empirical entropy (bits) of the rows of ``values`` (n,) or (n, d), NaN-free."""
+    if len(values) == 0:
+        return 0.0
+    _, counts = np.unique(values, axis=0, return_counts=True)
+    p = counts / counts.sum()
+    return float(-(p * np.log2(p)).sum())
 
-    def __init__(self, patterns: np.ndarray, what: list[str], seed: int = 0) -> None:
-        self.patterns = as32(patterns)
-        self.what = what
-        self.weights = np.random.default_rng(seed).uniform(1.0, 2.0, self.patterns.shape[1])
+
+# -- canonical forms of windows (rows of W, shape (n, w)); rows that cannot match are NaN -------
+def exact(W: np.ndarray) -> np.ndarray:
+    return W
+
+
+def sort_rows(W: np.ndarray) -> np.ndarray:
+    return np.sort(W, axis=1)
+
+
+def standardise(W: np.ndarray) -> np.ndarray:
+    """Each window minus its mean, over its std: invariant to a * x + b for a > 0 (patterns
+    are stored with both signs). Windows with no spread are NaN."""
+    m = W.mean(axis=1, keepdims=True)
+    s = W.std(axis=1, keepdims=True)
+    ok = s > 1e-12 * (1.0 + np.abs(m))
+    return np.where(ok, (W - m) / np.where(ok, s, 1.0), np.nan)
+
+
+def standardise_increasing(W: np.ndarray) -> np.ndarray:
+    """As ``standardise``, for strictly monotone windows only, a decreasing one reversed first
+    (so a sorted copy is found in either order)."""
+    d = np.diff(W, axis=1)
+    up, down = (d > 0).all(axis=1), (d < 0).all(axis=1)
+    W = np.where(down[:, None], W[:, ::-1], W)
+    return np.where((up | down)[:, None], standardise(W), np.nan)
+
+
+class Detector:
+    """Windows of ``patterns.shape[1]`` values whose canonical form equals one of the patterns'
+    (already canonical), within ``tol`` per value."""
+
+    def __init__(self, patterns: np.ndarray, what: list[str], canon: Callable, tol: float, seed: int = 0):
+        keep = ~np.isnan(patterns).any(axis=1)
+        self.patterns, self.what = patterns[keep], [w for w, k in zip(what, keep) if k]
+        self.canon, self.tol = canon, tol
+        self.width = patterns.shape[1]
+        self.weights = np.random.default_rng(seed).uniform(1.0, 2.0, self.width)
         hashes = self.patterns @ self.weights
         self.order = np.argsort(hashes)
         self.sorted = hashes[self.order]
+        self.hash_tol = tol * self.weights.sum()
 
     def find(self, flat: np.ndarray) -> str | None:
-        """A description of the first pattern found in ``flat``, or None."""
-        w = self.patterns.shape[1]
+        """A description of the first pattern found in ``flat`` (float32-rounded), or None."""
+        w = self.width
         if len(self.patterns) == 0 or flat.size < w:
             return None
+        windows = np.lib.stride_tricks.sliding_window_view(flat, w)
+        for lo in range(0, len(windows), CHUNK):
+            C = self.canon(windows[lo: lo + CHUNK])
+            h = C @ self.weights
+            tol = self.hash_tol * (1.0 + np.abs(h)) if self.canon is exact or self.canon is sort_rows \
+                else np.full_like(h, self.hash_tol)
+            pos = np.searchsorted(self.sorted, h - tol)
+            near = (pos < len(self.sorted)) & (np.abs(self.sorted[np.minimum(pos, len(self.sorted) - 1)] - h) <= tol)
+            for i in np.flatnonzero(near):
+                j = pos[i]
+                while j < len(self.sorted) and self.sorted[j] <= h[i] + tol[i]:
+                    r = self.order[j]
+                    scale = 1.0 + np.abs(self.patterns[r]) if self.canon in (exact, sort_rows) else 1.0
+                    if (np.abs(C[i] - self.patterns[r]) <= self.tol * scale).all():
+                        return self.what[r]
+                    j += 1
+        return None
+
+
+def rows_detector(values: np.ndarray, ids, any_order: bool, label: str) -> Detector | None:
+    complete = ~np.isnan(values).any(axis=1)
+    if values.shape[1] < 2 or not complete.any():
+        return None
+    pats = as32(values[complete])
+    canon = sort_rows if any_order else exact
+    what = [f"{label} {i}" for i in np.asarray(ids)[complete]]
+    return Detector(canon(pats), what, canon, EXACT_TOL)
+
+
+def column_windows(col: np.ndarray, width: int) -> np.ndarray:
+    win = np.lib.stride_tricks.sliding_window_view(col, width)
+    return win[~np.isnan(win).any(axis=1)]
+
+
+def distinct_gaps(win: np.ndarray) -> np.ndarray:
+    """(n,) how many different gaps each sorted window has (relative to its range): a run of
+    equally spaced values, as quantised data give, looks like any index list and is no evidence."""
+    gaps = np.diff(win, axis=1)
+    q = np.round(gaps / np.maximum(gaps.max(axis=1, keepdims=True), 1e-300), 6)
+    q.sort(axis=1)
+    return 1 + (np.diff(q, axis=1) > 0).sum(axis=1)
+
+
+def both_signs(windows: np.ndarray, canon: Callable) -> np.ndarray:
+    """Canonical patterns of raw windows and of their negations (a * x + b with a < 0)."""
+    return np.concatenate([canon(windows), canon(-windows)])
+
+
+class ClientPatterns:
+    """The detectors of one client's table."""
+
+    def __init__(self, client: ClientData, max_column_run: int) -> None:
+        table = pd.concat([f for f in (client.train, client.test) if f is not None])
+        values = as32(table.to_numpy(dtype=float))
+        schema = client.schema
+        discrete = np.array([f.discrete for f in schema.features])
+        self.detectors: list[Detector] = []
+        self.add_rows(values, table.index, schema, discrete)
+        runs: dict[int, tuple[list, list]] = {}
+        sorted_runs: dict[int, tuple[list, list]] = {}
+        for j, f in enumerate(schema.features):
+            col = values[:, j]
+            observed = col[~np.isnan(col)]
+            h = entropy_bits(observed)
+            width = max(max_column_run + 1, int(np.ceil(RUN_BITS / h))) if h > 0 else MAX_RUN_WIDTH + 1
+            if width > MAX_RUN_WIDTH or len(observed) < width:
+                continue
+            win = column_windows(col, width)
+            pats, what = runs.setdefault(width, ([], []))
+            pats.append(win)
+            what += [f"{width} consecutive values of column '{f.name}' (or an affine copy)"] * len(win)
+            srt = np.unique(observed)  # strictly increasing order statistics (ties are no information)
+            if not f.discrete and len(srt) >= max(width, MIN_DISTINCT * len(observed)):
+                win = column_windows(srt, width)
+                win = win[distinct_gaps(win) * 3 >= 2 * (width - 1)]
+                pats, what = sorted_runs.setdefault(width, ([], []))
+                pats.append(win)
+                what += [f"{width} consecutive sorted values of column '{f.name}' (or an affine copy)"] * len(win)
+        for groups, canon in ((runs, standardise), (sorted_runs, standardise_increasing)):
+            for width, (pats, what) in groups.items():
+                self.detectors.append(Detector(both_signs(np.concatenate(pats), canon), what + what, canon,
+                                               AFFINE_TOL))
+
+    def add_rows(self, values: np.ndarray, ids, schema, discrete: np.ndarray) -> None:
+        """Row detectors where a row carries ``MIN_ROW_BITS`` (the sum of its columns' empirical
+        entropies), else a table detector of as many consecutive rows as carry ``TABLE_BITS``."""
+        label = schema.index(schema.label) if schema.label is not None else None
+        variants = [(np.arange(values.shape[1]), "row", "rows")]
+        if label is not None and values.shape[1] > 2:
+            variants.append((np.array([j for j in range(values.shape[1]) if j != label]),
+                             "row without the label of", "rows without the label"))
+        for cols, name, plural in variants:
+            sub = values[:, cols]
+            bits = sum(entropy_bits(sub[~np.isnan(sub[:, i]), i]) for i in range(len(cols)))
+            if bits >= MIN_ROW_BITS:
+                det = rows_detector(sub, ids, any_order=not discrete[cols].all(), label=name)
+                if det is not None:
+                    self.detectors.append(det)
+                continue
+            complete = sub[~np.isnan(sub).any(axis=1)]
+            h = entropy_bits(complete)
+            k = int(np.ceil(TABLE_BITS / h)) if h > 0 else 0
+            if k < 2 or k * len(cols) > MAX_TABLE_WIDTH or len(complete) < k:
+                continue
+            win = column_windows(complete.reshape(-1), k * len(cols))[::len(cols)]
+            what = [f"{k} consecutive {plural} (a table)"] * len(win)
+            self.detectors.append(Detector(win, what, exact, EXACT_TOL))
+
+    def find(self, flat: np.ndarray) -> str | None:
         flat = as32(flat)
-        windows = np.convolve(flat, self.weights[::-1], mode="valid")
-        tol = 1e-9 * (1.0 + np.abs(windows))
-        pos = np.searchsorted(self.sorted, windows - tol)
-        near = (pos < len(self.sorted)) & (np.abs(self.sorted[np.minimum(pos, len(self.sorted) - 1)]
-                                                  - windows) <= tol)
-        for i in np.flatnonzero(near):
-            j = pos[i]
-            while j < len(self.sorted) and self.sorted[j] <= windows[i] + tol[i]:
-                r = self.order[j]
-                if np.array_equal(flat[i: i + w], self.patterns[r]):
-                    return self.what[r]
-                j += 1
+        for d in self.detectors:
+            hit = d.find(flat)
+            if hit:
+                return hit
         return None
 
 
@@ -100,39 +269,22 @@ class PrivacyAudit:
         clients = clients.clients if isinstance(clients, Partition) else clients
         self.max_column_run = max_column_run
         self.checked = 0
-        self.rows: dict[str, Patterns] = {}
-        self.runs: dict[str, Patterns] = {}
-        for c in clients:
-            table = pd.concat([f for f in (c.train, c.test) if f is not None])
-            values = table.to_numpy(dtype=float)
-            if values.shape[1] >= 2 and row_bits(c) >= MIN_ROW_BITS:
-                complete = values[~np.isnan(values).any(axis=1)]
-                ids = table.index[~np.isnan(values).any(axis=1)]
-                self.rows[c.client_id] = Patterns(complete, [f"row {i}" for i in ids])
-            runs, what = [], []
-            for f in c.schema.features:
-                col = table[f.name].to_numpy(dtype=float)
-                if f.discrete or len(col) <= max_column_run:
-                    continue
-                win = np.lib.stride_tricks.sliding_window_view(col, max_column_run + 1)
-                keep = ~np.isnan(win).any(axis=1)
-                runs.append(win[keep])
-                what += [f"{max_column_run + 1} consecutive values of column '{f.name}'"] * int(keep.sum())
-            if runs:
-                self.runs[c.client_id] = Patterns(np.concatenate(runs), what)
+        self.patterns = {c.client_id: ClientPatterns(c, max_column_run) for c in clients}
 
     def __call__(self, client_id: str, message: Message) -> None:
         self.check(client_id, message)
 
     def check(self, client_id: str, message: Message) -> None:
         self.checked += 1
+        patterns = self.patterns.get(client_id)
+        if patterns is None:
+            return
         parts: Iterable[tuple[str, np.ndarray]] = [
             *((f"array '{k}'", v.reshape(-1)) for k, v in message.arrays.items() if v.dtype.kind in "biuf"),
             ("config", np.array(numbers_in(message.config), dtype=float)),
         ]
         for where, flat in parts:
-            for patterns in (self.rows.get(client_id), self.runs.get(client_id)):
-                hit = patterns.find(flat) if patterns is not None else None
-                if hit:
-                    raise PrivacyViolation(f"client '{client_id}' message '{message.name}' {where} "
-                                           f"contains {hit} of its private data")
+            hit = patterns.find(flat)
+            if hit:
+                raise PrivacyViolation(f"client '{client_id}' message '{message.name}' {where} "
+                                       f"contains {hit} of its private data")

@@ -33,7 +33,7 @@ def moments(request: Message, ctx: ClientContext) -> Message:
     ctx.data.schema.check_names(cols)
     x = ctx.data.train[cols].to_numpy(dtype=float)
     x = x[~np.isnan(x).any(axis=1)]
-    min_rows = int(request.config.get("min_rows", 5))
+    min_rows = max(int(request.config.get("min_rows", 5)), ctx.policy.min_rows)
     if len(x) < min_rows:
         raise FedpgmError(f"only {len(x)} complete rows (< min_rows={min_rows}); statistics of so "
                           "few rows would reveal them")

@@ -73,6 +73,11 @@ def fit(
     shared: Annotated[Optional[int], typer.Option(help="hybrid: number of shared columns")] = None,
     overlap: Annotated[Optional[float], typer.Option(help="hybrid: fraction of rows on all clients")] = None,
     no_centralized: Annotated[bool, typer.Option(help="Skip the centralized reference")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds each exchange with the clients may take; a "
+                                                "client that overruns is reported by name")] = 3600.0,
+    min_clients: Annotated[Optional[int], typer.Option(help="horizontal: go on without clients that fail or "
+                                                            "overrun while this many answer (named in the "
+                                                            "report as left_out)")] = None,
     seed: Seed = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the model here")] = None,
     json_out: JsonOut = None,
@@ -86,6 +91,10 @@ def fit(
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
     if restarts < 1:
         raise FedpgmError(f"--restarts must be >= 1, got {restarts}")
+    if not timeout > 0:
+        raise FedpgmError(f"--timeout must be > 0 seconds, got {timeout}")
+    if min_clients is not None and not 1 <= min_clients <= clients:
+        raise FedpgmError(f"--min-clients must lie in 1..{clients} (--clients), got {min_clients}")
     if placement == "split" and out is not None:
         raise FedpgmError("--out saves an assembled model; with --placement split the circuits stay at "
                           "the clients, so use --placement server to save one")
@@ -97,7 +106,7 @@ def fit(
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap),
-                           centralized=not no_centralized)
+                           centralized=not no_centralized, timeout=timeout, min_clients=min_clients)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     if learner == "tree":
         from fedpgm.fedpc.experiment import run_fcdt

@@ -102,6 +102,11 @@ def clusters_of(ctx: ClientContext, names: list[str], k: int, seed: int, by_labe
 def fit(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
     learner, params = cfg["learner"], dict(cfg["params"])
+    ctx.require_rows(len(ctx.data.train), "a circuit")
+    if "min_instances_slice" in params:  # the client's floor, whatever the server asked
+        params["min_instances_slice"] = ctx.floor("min_instances_slice", params["min_instances_slice"])
+    if learner == "learnspn":
+        params["min_leaf_rows"] = ctx.policy.min_rows
     start = time.process_time()
     arrays, entries = {}, []
     folder = ctx.workdir / FOLDER
@@ -125,6 +130,7 @@ def fit(request: Message, ctx: ClientContext) -> Message:
             rows = np.flatnonzero(labels == c)
             if len(rows) == 0:
                 raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
+            ctx.require_rows(len(rows), f"the circuit of cluster {c} (lower --clusters)")
             add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
         if cfg.get("memberships"):
             arrays["memberships/ids"] = row_hashes(ctx.data.train.index, cfg["salt"])
@@ -164,10 +170,13 @@ def fit_tree(request: Message, ctx: ClientContext) -> Message:
         raise FedpgmError(f"client '{ctx.client_id}' holds no label; it cannot fit an FC[DT] tree")
     start = time.process_time()
     leaf = cfg.get("min_samples_leaf")
+    leaf = None if leaf is None else ctx.floor("min_samples_leaf", leaf)
+    ctx.require_rows(len(ctx.data.train), "trees")
     shared = list(cfg.get("reference_columns") or [])
     fits = [schema] + ([schema.select(shared + [schema.label])] if shared else [])
     experts = [Expert.fit(ctx.data.train, s, cfg.get("ensemble", "bagging"), cfg["max_depth"],
-                          None if leaf is None else int(leaf), int(cfg["seed"]), int(cfg.get("trees", 1)))
+                          None if leaf is None else int(leaf), int(cfg["seed"]), int(cfg.get("trees", 1)),
+                          min_leaf=ctx.policy.min_rows)
                for s in fits]
     msg = expert_message(*experts)
     msg.config["seconds"] = time.process_time() - start

@@ -28,6 +28,7 @@ from fedpgm.data import partition
 from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
+from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.server import fit_fedpc, learner_params
@@ -52,11 +53,13 @@ class FitSettings:
     seed: int = 0
     partition: dict = field(default_factory=dict)  # partitioner options (scheme, label_to, ...)
     centralized: bool = True
+    timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
+    min_clients: int | None = None  # horizontal: go on with this many clients if others fail
 
     def fit_args(self) -> dict:
         return {"clusters": self.clusters, "glue_how": self.glue, "products": self.products,
                 "learner": self.learner, "params": self.params, "placement": self.placement,
-                "seed": self.seed}
+                "seed": self.seed, "min_clients": self.min_clients}
 
 
 @contextmanager
@@ -99,7 +102,7 @@ def evaluate(model_ll: np.ndarray, proba: np.ndarray | None, ds: Dataset) -> dic
 
 
 def fit_inprocess(part, settings: FitSettings, mode: str = "processes") -> tuple[FedPC, "InProcessFederation"]:
-    fed = InProcessFederation(part, HANDLERS, mode=mode)
+    fed = InProcessFederation(part, HANDLERS, mode=mode, timeout=settings.timeout)
     try:
         return fit_fedpc(fed, **settings.fit_args()), fed
     except BaseException:
@@ -155,7 +158,7 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
               "client_seconds": info["client_seconds"], "server_seconds": info["server_seconds"],
               "bytes_up": comm["bytes_up"], "bytes_down": comm["bytes_down"], "messages": comm["messages"],
               "rounds": comm["rounds"], "plan": info["plan"], "n_train": len(ds.train), "n_test": len(ds.test)}
-    for key in ("n_nodes", "n_edges", "n_params"):
+    for key in ("n_nodes", "n_edges", "n_params", "left_out", "client_policy"):
         if key in info:
             report[key] = info[key]
     if settings.centralized:
@@ -189,7 +192,7 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     wall = time.perf_counter()
     if settings.backend == "inprocess":
-        with InProcessFederation(part, HANDLERS) as fed:
+        with InProcessFederation(part, HANDLERS, timeout=settings.timeout) as fed:
             model = fit_fcdt(fed, **args)
         wall = time.perf_counter() - wall
         if out is not None:
@@ -231,7 +234,8 @@ def fit_flower(part, ds: Dataset, settings: FitSettings, out, method: str = "fed
         args = {"fit": fit, "test": str(tmp / "test.npz"), "columns": ds.schema.names, "target": ds.schema.label,
                 "out": None if out is None else str(Path(out).resolve()), "method": method}
         with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower") as dep:
-            result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args, timeout=1800)
+            result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args,
+                             timeout=max(1800.0, 4 * settings.timeout), exchange_timeout=settings.timeout)
     ll = np.asarray(result["test_ll"]) if "test_ll" in result else None
     proba = np.asarray(result["proba"]) if "proba" in result else None
     return result["info"], ll, proba
@@ -248,6 +252,8 @@ def summary_line(report: dict) -> str:
     if "relative_runtime" in report:
         parts.append(f"relative runtime {report['relative_runtime']:.2f}")
     parts.append(f"{report['bytes_up'] + report['bytes_down']:,} bytes")
+    if report.get("left_out"):
+        parts.append(f"left out: {', '.join(report['left_out'])}")
     return ", ".join(parts)
 
 

@@ -86,8 +86,12 @@ def check_alignment(described: dict, spaces) -> None:
 
 def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", products: int | None = None,
               learner: str = "learnspn", params: dict | None = None, placement: str = "server",
-              seed: int = 0) -> FedPC:
-    """Learn a federated circuit in one pass (Algorithm 1); see the module doc."""
+              seed: int = 0, min_clients: int | None = None) -> FedPC:
+    """Learn a federated circuit in one pass (Algorithm 1); see the module doc.
+
+    ``min_clients``: in a horizontal federation, go on without clients that fail or miss the
+    deadline as long as this many answered (they are named in ``info["left_out"]``); None: every
+    client must answer. Vertical and hybrid fits need every party's columns."""
     if clusters < 1:
         raise FedpgmError(f"clusters must be >= 1, got {clusters}")
     if glue_how not in GLUES:
@@ -96,7 +100,9 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
         raise FedpgmError(f"unknown placement '{placement}'; use server or split")
     params = learner_params(learner, params, seed)
     wall = time.perf_counter()
-    described = fed.broadcast("describe").require_all()
+    if min_clients is not None and not 1 <= min_clients <= len(fed.clients):
+        raise FedpgmError(f"min_clients must lie in 1..{len(fed.clients)} (the clients), got {min_clients}")
+    described = fed.broadcast("describe").require(min_clients)
     server_cpu = time.process_time()
     schemas = {c: Schema.from_dict(m.config["schema"]) for c, m in described.items()}
     sizes = {c: int(m.config["n_rows"]) for c, m in described.items()}
@@ -105,6 +111,10 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
         raise FedpgmError(f"client(s) {empty} have no rows; leave them out of the federation")
     schema = global_schema(schemas)
     spaces = subspaces(schemas, schema)
+    horizontal = len(spaces) == 1
+    if min_clients is not None and not horizontal:
+        raise FedpgmError("min_clients applies to horizontal federations only: a vertical or hybrid "
+                          "FedPC needs every party's columns")
     check_alignment(described, spaces)
     salt = secrets.token_hex(16)
     per_client = {}
@@ -118,7 +128,10 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
                               "params": params, "send": placement == "server",
                               "memberships": glue_how == "aligned", "salt": salt})
     server_cpu = time.process_time() - server_cpu
-    replies = fed.broadcast("fit", per_client=per_client).require_all()
+    replies = fed.broadcast("fit", clients=list(per_client), per_client=per_client).require(min_clients)
+    shared_spaces = {j for j, (_, holders) in enumerate(spaces) if len(holders) > 1}
+    if len(replies) < len(per_client):  # a quorum went on: the shared subspace's holders shrink
+        spaces = [(names, [c for c in holders if c in replies]) for names, holders in spaces]
     t0 = time.process_time()
 
     components, alternatives, circuits = [], [], []
@@ -132,7 +145,7 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
             return len(components) - 1
 
         entries = {c: {e["key"]: e for e in replies[c].config["circuits"]} for c in holders}
-        if len(holders) > 1:
+        if j in shared_spaces:
             ids = [add(c, entries[c][f"shared{per_client[c][1]['shared'].index(names)}"]) for c in holders]
             n = np.array([components[i]["n"] for i in ids], dtype=float)
             alternatives.append([Alternative(ids, list(n / n.sum()))])
@@ -147,11 +160,16 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
     circuit = assemble(plan, schema, circuits) if placement == "server" else None
     server_cpu += time.process_time() - t0
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
+    policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
     info = {"clusters": clusters, "glue": glue_how, "learner": learner, "params": params,
             "placement": placement, "plan": plan.describe(),
             "client_seconds": client_seconds, "server_seconds": server_cpu,
             "critical_path_seconds": max(client_seconds.values()) + server_cpu,
             "train_seconds": time.perf_counter() - wall, "communication": fed.ledger.totals()}
+    if fed.left_out:
+        info["left_out"] = fed.left_out_report()
+    if policy:
+        info["client_policy"] = policy  # what each client's own privacy policy changed
     if glue_how == "aligned":
         info["shared_with_server"] = "cluster index of every row, keyed by a salted hash of its row id"
     if circuit is not None:

@@ -68,7 +68,7 @@ def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 
     settings = settings or NGMSettings(seed=seed)
     check_settings(len(fed.clients), min_clients, graph_method, allocation)
     wall = time.perf_counter()
-    described = fed.broadcast("describe").require_all()
+    described = fed.broadcast("describe").require(min_clients)  # (a client that fails is left out)
     schemas = {c: Schema.from_dict(m.config["schema"]).with_label(None) for c, m in described.items()}
     n_rows = {c: int(m.config["n_rows"]) for c, m in described.items()}
     shared = common_features(list(schemas.values()))
@@ -79,18 +79,20 @@ def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 
             raise FedpgmError(f"client '{c}' holds {clash} with other types or categories than "
                               "the other clients; make the schemas agree")
 
-    graphs = fed.broadcast("graph", config={"method": graph_method, "sparsity": sparsity}).require_all()
+    graphs = fed.broadcast("graph", config={"method": graph_method, "sparsity": sparsity},
+                           clients=list(described)).require(min_clients)
     client_graphs = {c: from_edges(schemas[c].names, m.config["edges"]) for c, m in graphs.items()}
     merged = merge_graphs(list(client_graphs.values()), shared)
 
     cfg = {"columns": shared, "edges": [list(e) for e in merged.edges()], "settings": asdict(settings)}
-    replies = fed.broadcast("fit", config=cfg)
+    replies = fed.broadcast("fit", config=cfg, clients=list(graphs))
     client_models = {c: model_of(m, f"client '{c}' model") for c, m in replies.messages.items()}
     info = {"clients": fed.clients, "shared_features": shared, "n_rows": n_rows,
             "client_edges": {c: g.number_of_edges() for c, g in client_graphs.items()},
             "merged_edges": merged.number_of_edges(),
             "client_fit_seconds": {c: m.config["seconds"] for c, m in replies.messages.items()},
-            "failed": {c: str(f) for c, f in replies.failures.items()}}
+            "failed": {**{c: str(f) for c, f in fed.left_out.items()},
+                       **{c: str(f) for c, f in replies.failures.items()}}}
     if len(client_models) < min_clients:
         refusal = (f"only {len(client_models)} client(s) contributed a model, fewer than the "
                    f"federation's threshold of {min_clients}: no global model is trained or released")

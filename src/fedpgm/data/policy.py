@@ -1,0 +1,105 @@
+"""A client's own privacy policy: floors that no server request can lower.
+
+Each client holds one ``ClientPolicy`` with its data (``ClientData.policy``; on Flower, from its
+node config, see ``from_node_config``). The runtime applies it to every message before any
+handler runs and before any reply leaves (``HandlerSet.handle``), so every algorithm family gets
+it without code of its own:
+
+- ``families``: the algorithm families (``HandlerSet`` names: fedpc, ngm, concepts, fedavg,
+  splitnn, moments, diagnostics) the client serves; a request for another is refused.
+- ``min_rows`` (default 10): the fewest rows behind any statistic the client sends: a circuit
+  leaf, a k-means cluster, a tree leaf, a mean. Handlers raise a server's smaller setting to it
+  (``ctx.floor``) and say so in the reply (``config["policy"]``), or refuse where raising is not
+  possible (a cluster with fewer rows).
+- ``max_epsilon`` / ``max_delta``: the differential privacy the client insists on where an
+  algorithm trains under DP (F-CMs): a request without DP is refused, a larger epsilon or delta
+  is lowered to the client's, and training stops once the client's budget is spent.
+- ``audit`` (default on): the privacy audit (``fedpgm.federation.privacy``) checks every reply
+  against the client's own table before it leaves; a reply that carries rows is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from fedpgm.errors import FedpgmError
+
+FAMILIES = ("fedpc", "ngm", "concepts", "fedavg", "splitnn", "moments", "diagnostics")
+NODE_CONFIG_KEY = "policy"  # node config: policy='{"min_rows": 20, "families": ["fedpc"]}'
+
+
+class PolicyRefusal(FedpgmError):
+    """A request that the client's policy does not allow."""
+
+
+@dataclass(frozen=True)
+class ClientPolicy:
+    min_rows: int = 10
+    families: tuple[str, ...] | None = None  # None: every family
+    max_epsilon: float | None = None  # None: DP not required
+    max_delta: float = 1e-5
+    audit: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
+            raise FedpgmError(f"policy min_rows must be an integer >= 1, got {self.min_rows!r}")
+        if self.families is not None:
+            object.__setattr__(self, "families", tuple(self.families))
+            unknown = [f for f in self.families if f not in FAMILIES]
+            if unknown:
+                raise FedpgmError(f"policy families {unknown} are unknown; use some of {', '.join(FAMILIES)}")
+        if self.max_epsilon is not None and not self.max_epsilon > 0:
+            raise FedpgmError(f"policy max_epsilon must be > 0, got {self.max_epsilon!r}")
+        if not 0 < self.max_delta < 1:
+            raise FedpgmError(f"policy max_delta must lie in (0, 1), got {self.max_delta!r}")
+        if not isinstance(self.audit, bool):
+            raise FedpgmError(f"policy audit must be true or false, got {self.audit!r}")
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "ClientPolicy":
+        if not isinstance(doc, dict):
+            raise FedpgmError(f"a client policy is a JSON object, got {type(doc).__name__}")
+        unknown = sorted(set(doc) - {"min_rows", "families", "max_epsilon", "max_delta", "audit"})
+        if unknown:
+            raise FedpgmError(f"unknown policy key(s) {unknown}; use min_rows, families, max_epsilon, "
+                              "max_delta, audit")
+        return cls(**doc)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["families"] = None if self.families is None else list(self.families)
+        return out
+
+    @classmethod
+    def from_node_config(cls, node_config) -> "ClientPolicy":
+        """The node config's ``policy`` (a JSON object), or the defaults."""
+        text = node_config.get(NODE_CONFIG_KEY)
+        if text is None:
+            return cls()
+        try:
+            return cls.from_dict(json.loads(str(text)))
+        except json.JSONDecodeError as e:
+            raise FedpgmError(f"node config 'policy' is not a JSON object ({e})") from None
+
+    def check_family(self, family: str, client: str) -> None:
+        if self.families is not None and family not in self.families:
+            raise PolicyRefusal(f"client '{client}' does not serve '{family}' (its policy allows "
+                                f"{', '.join(self.families) or 'nothing'})")
+
+    def dp(self, requested: dict | None, client: str) -> tuple[dict | None, list[str]]:
+        """The DP settings this client trains with, given the server's (``epsilon``, ``delta``, ...):
+        lowered to the policy's; refused if the policy requires DP and the request has none."""
+        if self.max_epsilon is None:
+            return requested, []
+        if not requested:
+            raise PolicyRefusal(f"client '{client}' trains only under differential privacy with "
+                                f"epsilon <= {self.max_epsilon}; rerun with --dp-epsilon {self.max_epsilon}")
+        out, notes = dict(requested), []
+        if out["epsilon"] > self.max_epsilon:
+            notes.append(f"epsilon lowered from {out['epsilon']} to {self.max_epsilon} by the client's policy")
+            out["epsilon"] = self.max_epsilon
+        if out.get("delta", self.max_delta) > self.max_delta:
+            notes.append(f"delta lowered from {out['delta']} to {self.max_delta} by the client's policy")
+            out["delta"] = self.max_delta
+        return out, notes

@@ -1,0 +1,243 @@
+"""The fault matrix: signals to the CLI, dead and paused clients, a dead SuperLink.
+
+Each case checks that nothing is left behind (processes found by a marker in their environment,
+listening ports, temporary folders under a private TMPDIR), the exit code and message, and the
+time it took to react. The CLI cases run the real ``fedpgm`` console script in a subprocess.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedpgm.data import load_dataset, partition
+from fedpgm.federation import InProcessFederation
+from fedpgm.federation.base import ClientFailed
+
+FEDPGM = str(Path(sys.executable).with_name("fedpgm"))
+DIAG = "fedpgm.federation.diagnostics:HANDLERS"
+# a fit that runs for minutes (RAT-SPN with many EM passes), signalled once its clients work
+SLOW_FIT = ["fedpc", "fit", "synthetic:mixed", "--rows", "20000", "--split", "horizontal", "--clients", "3",
+            "--learner", "ratspn", "--em-iterations", "400", "--no-centralized"]
+
+
+def marked(marker: str) -> list[int]:
+    """PIDs of live processes whose environment holds ``marker`` (every descendant inherits it)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                env = (d / "environ").read_bytes()
+                state = (d / "stat").read_text().split()[2]
+            except OSError:
+                continue
+            if marker.encode() in env and state != "Z":
+                out.append(int(d.name))
+    return out
+
+
+def listening() -> dict[int, int]:
+    """{socket inode: port} of every listening TCP socket."""
+    out = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if parts[3] == "0A":  # LISTEN
+                out[int(parts[9])] = int(parts[1].rsplit(":", 1)[1], 16)
+    return out
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def ports_of(pids: list[int]) -> set[int]:
+    """The ports on which ``pids`` listen (through their open socket descriptors)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(int(target[8:-1]))
+        except OSError:
+            continue
+    return {port for inode, port in listening().items() if inode in inodes}
+
+
+def wait_until(condition, timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < timeout, f"{what} not within {timeout} s"
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+class Cli:
+    """``fedpgm ARGS`` in a subprocess with a private TMPDIR and an environment marker."""
+
+    def __init__(self, args: list[str], tmp_path: Path) -> None:
+        self.marker = f"FEDPGM_FAULT_{uuid.uuid4().hex}"
+        self.tmp = tmp_path / "tmp"
+        self.tmp.mkdir()
+        env = {**os.environ, self.marker: "1", "TMPDIR": str(self.tmp)}
+        self.ports_opened: set[int] = set()
+        self.proc = subprocess.Popen([FEDPGM, *args], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, cwd=tmp_path)
+
+    def wait_for_descendants(self, n: int, timeout: float = 180.0, running: str = "") -> None:
+        """Until ``n`` descendants (whose command line holds ``running``) exist."""
+        def count() -> int:
+            pids = [p for p in marked(self.marker) if p != self.proc.pid]
+            return sum(running.encode() in cmdline(p) for p in pids)
+
+        wait_until(lambda: count() >= n or self.proc.poll() is not None, timeout,
+                   f"{n} processes under the CLI")
+        assert self.proc.poll() is None, self.proc.stdout.read().decode()
+        time.sleep(1.0)
+        self.ports_opened = ports_of(marked(self.marker))  # the run's own listeners
+
+    def signal(self, sig: int) -> tuple[int, str, float]:
+        """Send ``sig``; (exit code, output, seconds until it exited)."""
+        t0 = time.monotonic()
+        self.proc.send_signal(sig)
+        out, _ = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out.decode(errors="replace"), time.monotonic() - t0
+
+    def assert_clean(self, timeout: float = 20.0) -> float:
+        """Nothing left: no marked process, no temporary folder, none of the run's listening ports."""
+        took = wait_until(lambda: not marked(self.marker), timeout, "every process gone")
+        wait_until(lambda: not list(self.tmp.iterdir()), timeout, "temporary folders removed")
+        assert not self.ports_opened & set(listening().values()), "a port of the run still listens"
+        return took
+
+
+# -- in-process backend -------------------------------------------------------------------------
+
+def test_sigterm_of_the_cli_stops_its_workers_and_exits_143(tmp_path):
+    cli = Cli(SLOW_FIT, tmp_path)
+    cli.wait_for_descendants(3)
+    code, out, took = cli.signal(signal.SIGTERM)
+    assert code == 143, out
+    assert "stopped by SIGTERM" in out and "Traceback" not in out
+    assert took < 15
+    cli.assert_clean()
+
+
+def test_sigkill_of_the_cli_leaves_no_worker_and_no_folder(tmp_path):
+    cli = Cli(SLOW_FIT, tmp_path)
+    cli.wait_for_descendants(3)
+    code, _, _ = cli.signal(signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert cli.assert_clean() < 10  # each worker notices its parent is gone within a second
+
+
+@pytest.fixture(scope="module")
+def wine():
+    return partition(load_dataset("wine", seed=0), "horizontal", 3, seed=0)
+
+
+def test_a_killed_client_is_named_within_seconds(wine):
+    with InProcessFederation(wine, DIAG, timeout=60) as fed:
+        t0 = time.monotonic()
+        victim = fed.workers["client-1"].process.pid
+        import threading
+        threading.Timer(1.0, os.kill, (victim, signal.SIGKILL)).start()
+        replies = fed.broadcast("sleep", config={"seconds": 5})
+        took = time.monotonic() - t0
+    assert sorted(replies.messages) == ["client-0", "client-2"]
+    failure = replies.failures["client-1"]
+    assert failure.kind == "unavailable" and "exited" in failure.detail
+    assert took < 10
+
+
+def test_a_paused_client_times_out_and_a_quorum_goes_on_without_it(wine):
+    with InProcessFederation(wine, DIAG, timeout=3) as fed:
+        pid = fed.workers["client-2"].process.pid
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        replies = fed.broadcast("sleep", config={"seconds": 0.1})
+        took = time.monotonic() - t0
+        with pytest.raises(ClientFailed, match="client 'client-2' failed on 'sleep' \\(timeout\\): no reply within 3"):
+            replies.require_all()
+        assert sorted(replies.require(2)) == ["client-0", "client-1"]
+        assert "client-2" in fed.left_out_report() and "timeout" in fed.left_out_report()["client-2"]
+        assert fed.clients == ["client-0", "client-1"]  # addressed no more
+    assert 3 <= took < 6
+    wait_until(lambda: not Path(f"/proc/{pid}").exists() or
+               Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 10, "the paused worker killed")
+
+
+def test_every_exchange_has_the_federations_deadline(wine):
+    with InProcessFederation(wine, DIAG, timeout=2) as fed:
+        t0 = time.monotonic()
+        replies = fed.send("client-0", "sleep", config={"seconds": 30})
+        assert replies.failures["client-0"].kind == "timeout"
+        assert time.monotonic() - t0 < 5
+
+
+def test_horizontal_fedpc_goes_on_with_a_quorum_and_names_who_was_left_out(wine):
+    from fedpgm.fedpc import fit_fedpc
+
+    with InProcessFederation(wine, "fedpgm.fedpc.client:HANDLERS", timeout=120) as fed:
+        fed.kill("client-1")
+        model = fit_fedpc(fed, clusters=1, min_clients=2, seed=0)
+        assert list(model.info["left_out"]) == ["client-1"]
+        assert "unavailable" in model.info["left_out"]["client-1"]
+        assert sorted({c["client"] for c in model.plan.components}) == ["client-0", "client-2"]
+    with InProcessFederation(wine, "fedpgm.fedpc.client:HANDLERS", timeout=120) as fed:
+        fed.kill("client-1")
+        with pytest.raises(ClientFailed, match="client 'client-1'"):
+            fit_fedpc(fed, clusters=1, seed=0)
+    ll = model.log_likelihood(load_dataset("wine", seed=0).test)
+    assert np.isfinite(ll).all()
+
+
+# -- Flower backend -----------------------------------------------------------------------------
+
+FLOWER_FIT = [*SLOW_FIT, "--backend", "flower"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_signal_to_the_cli_stops_the_whole_flower_deployment(tmp_path, sig):
+    cli = Cli(FLOWER_FIT, tmp_path)
+    cli.wait_for_descendants(3, running="flwr-clientapp")  # the three clients are fitting
+    code, out, took = cli.signal(sig)
+    if sig == signal.SIGTERM:
+        assert code == 143 and "stopped by SIGTERM" in out, out
+        assert took < 30
+    else:
+        assert code == -signal.SIGKILL
+    cli.assert_clean(timeout=30)  # the reaper stops what the killed CLI could not
+
+
+@pytest.mark.slow
+def test_a_dead_superlink_fails_the_run_within_seconds(tmp_path):
+    cli = Cli(FLOWER_FIT, tmp_path)
+    cli.wait_for_descendants(3, running="flwr-clientapp")
+    superlinks = [p for p in marked(cli.marker) if b"flower-superlink" in cmdline(p)]
+    assert superlinks
+    t0 = time.monotonic()
+    for p in superlinks:
+        os.kill(p, signal.SIGKILL)
+    out, _ = cli.proc.communicate(timeout=120)
+    took = time.monotonic() - t0
+    text = out.decode(errors="replace")
+    assert cli.proc.returncode == 2, text
+    assert "SuperLink exited" in text and "Traceback" not in text
+    assert took < 30
+    cli.assert_clean(timeout=30)
