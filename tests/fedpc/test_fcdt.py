@@ -7,9 +7,11 @@ from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.tree import DecisionTreeClassifier
 
 from fedpgm.data import load_dataset, partition
+from fedpgm.data.policy import ClientPolicy
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation, PrivacyAudit
 from fedpgm.fedpc.experiment import FitSettings, run_fcdt
+from fedpgm.model_files import file_record
 from fedpgm.fedpc.trees import BOOSTING, LEAF_SIZES, PRIOR_MIX, Expert, TreeCircuit, choose_min_samples_leaf, fit_fcdt
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
@@ -21,6 +23,10 @@ def cancer():
 
 
 def run(part, **kw) -> TreeCircuit:
+    """FC[DT] as the algorithm defines it: the clients' policies allow leaves of any size (the
+    default floor of 10 rows has its own test below), the privacy audit on both sides."""
+    for c in part.clients:
+        c.policy = ClientPolicy(min_rows=1)
     audit = PrivacyAudit(part)
     with InProcessFederation(part, HANDLERS, mode="sequential", audit=audit) as fed:
         model = fit_fcdt(fed, **kw)
@@ -126,11 +132,17 @@ def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):
         arrays = dict(z)
     arrays["0_0_feature"][0] = 30  # a split on a column the client does not hold
     np.savez(tmp_path / "m" / "trees.npz", **arrays)
+    with pytest.raises(FedpgmError, match="trees.npz does not match the SHA-256 the model records"):
+        TreeCircuit.load(tmp_path / "m")
+    rerecord = lambda: (tmp_path / "m" / "trees.json").write_text(json.dumps(  # noqa: E731 (a deliberate editor)
+        meta | {"arrays": file_record(tmp_path / "m" / "trees.npz")}))
+    rerecord()
     with pytest.raises(FedpgmError, match="a split names a column outside the client's 30"):
         TreeCircuit.load(tmp_path / "m")
     arrays["0_0_feature"][0] = back.experts[meta["experts"][0]["client"]].trees[0].feature[0]
     arrays["0_0_left"][0] = 0  # a node that is its own child: a walk would never end
     np.savez(tmp_path / "m" / "trees.npz", **arrays)
+    rerecord()
     with pytest.raises(FedpgmError, match="follow their parent"):
         TreeCircuit.load(tmp_path / "m")
     with pytest.raises(FedpgmError, match="not an FC\\[DT\\] model folder"):
@@ -281,3 +293,15 @@ def test_single_class_clients_are_named(cancer):
     assert skewed.info["single_class_clients"] == [f"client-{i}" for i in range(5)]
     assert all(e.trees == [] for e in skewed.experts.values())  # nothing to boost
     assert run(partition(cancer, "horizontal", 3, seed=0)).info["single_class_clients"] == []
+
+
+def test_the_clients_floor_raises_small_leaves_and_the_model_says_so(cancer):
+    part = partition(cancer, "horizontal", 3, seed=0)
+    with InProcessFederation(part, HANDLERS, mode="sequential", audit=PrivacyAudit(part)) as fed:
+        model = fit_fcdt(fed, min_samples_leaf=3)
+    assert model.info["min_samples_leaf"] == {c.client_id: 10 for c in part.clients}
+    assert all(n == ["min_samples_leaf raised from 3 to 10 by the client's policy (min_rows)"]
+               for n in model.info["client_policy"].values())
+    by_hand = Expert.fit(part.clients[0].train, part.clients[0].schema, "bagging", None, 10, 0, 1)
+    X = cancer.test[cancer.schema.feature_names].to_numpy(dtype=float)
+    np.testing.assert_allclose(model.experts["client-0"].predict_proba(X), by_hand.predict_proba(X), atol=1e-12)

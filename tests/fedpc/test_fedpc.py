@@ -236,13 +236,20 @@ def test_a_server_asking_for_one_row_leaves_gets_a_clamped_fit():
             fit_fedpc(fed, clusters=2, params={"min_instances_slice": 1}, seed=0)
 
 
-def test_a_client_refuses_clusters_smaller_than_its_floor_and_families_it_does_not_serve():
+def test_a_client_merges_clusters_below_its_floor_and_refuses_families_it_does_not_serve():
     ds = load_dataset("breast_cancer", seed=0)
     part = partition(ds, "vertical", 2, seed=0)
-    part.clients[0].policy = ClientPolicy(min_rows=200)
+    part.clients[0].policy = ClientPolicy(min_rows=150)
     with InProcessFederation(part, HANDLERS, mode="sequential") as fed:
-        with pytest.raises(ClientFailed, match="will not send the circuit of cluster .* min_rows is 200"):
-            fit_fedpc(fed, clusters=3, seed=0)
+        model = fit_fedpc(fed, clusters=6, seed=0)
+    sizes = {c: [x["n"] for x in model.plan.components if x["client"] == c] for c in ("client-0", "client-1")}
+    assert len(sizes["client-1"]) == 6 and len(sizes["client-0"]) < 6 and min(sizes["client-0"]) >= 150
+    assert any("clusters lowered from 6 to" in n for n in model.info["client_policy"]["client-0"])
+    check_normalised(model)
+    part.clients[0].policy = ClientPolicy(min_rows=10_000)
+    with InProcessFederation(part, HANDLERS, mode="sequential") as fed:
+        with pytest.raises(ClientFailed, match="will not send a circuit of 455 rows .*min_rows is 10000"):
+            fit_fedpc(fed, clusters=2, seed=0)
     part.clients[0].policy = ClientPolicy(families=("ngm",))
     with InProcessFederation(part, HANDLERS, mode="sequential") as fed:
         with pytest.raises(ClientFailed, match="client 'client-0' does not serve 'fedpc'.*allows ngm"):

@@ -21,18 +21,21 @@ table                       ``k`` consecutive rows flattened row by row: tables 
 ==========================  =====================================================================
 
 ``w`` and ``k`` come from the data's entropy, so a match by chance stays unlikely: a column run
-needs ``max(max_column_run + 1, RUN_BITS / H)`` values where ``H`` is the column's empirical
-entropy in bits (a continuous column: 6 values; hours-per-week, H = 3.9: 13; a binary column:
+needs ``max(max_column_run + 1, RUN_BITS / H + 2)`` values where ``H`` is the column's empirical
+entropy in bits (a continuous column: 6 values; hours-per-week, H = 3.9: 15; a binary column:
 left to the table detector, ``w`` would pass ``MAX_RUN_WIDTH``), a table ``TABLE_BITS / H_row``
-rows. Sorted runs are searched for in columns whose values are mostly distinct (``MIN_DISTINCT``;
-the sorted values of an integer column are runs of consecutive integers, found in any index list),
-and only windows whose gaps are at least two thirds distinct (values recorded to few digits are
-equally spaced where they are dense). Rows
+rows. Sorted runs are searched for in columns whose values are mostly distinct (``MIN_DISTINCT``)
+and recorded to at least 2^20 steps of their resolution across their range
+(``MIN_RESOLUTION_BITS``), and only windows whose gaps carry ``RUN_BITS`` (``gap_bits``): sorted
+values recorded to few digits are, in units of that resolution, increasing integer lists, as
+every circuit structure's child lists are (breast cancer's mean_smoothness, to 5 decimals, matched
+a structure's child indices), so sorted copies of such columns are not searched for. Rows
 are searched for only where a row carries at least ``MIN_ROW_BITS`` bits (the sum of its
 columns' empirical entropies; 2^16 possible rows); below that the table detector stands in. Sorted runs must be strictly increasing (a run of ties
 is no information).
 
-What it does not detect, by design or by cost: values perturbed by noise, rounding to fewer
+What it does not detect, by design or by cost: sorted copies of columns recorded to few
+digits (above), values perturbed by noise, rounding to fewer
 digits than float32, non-affine transforms (log, ranks), subsets of rows or columns that are not
 contiguous in the message, a column spread over non-adjacent positions (strided), the sorted
 copy of a discrete column, rows whose values are partly missing, and anything derived from
@@ -64,6 +67,7 @@ TABLE_BITS = 64.0
 MAX_RUN_WIDTH = 16  # a column needing a longer run (H < 3 bits) is left to the table detector
 MAX_TABLE_WIDTH = 256  # values in a table window
 MIN_DISTINCT = 0.5  # sorted runs only for columns at least this fraction of whose values are distinct
+MIN_RESOLUTION_BITS = 20.0  # ... and recorded to at least 2^20 steps across their range
 CHUNK = 1 << 16  # windows canonicalised at once
 EXACT_TOL, AFFINE_TOL = 1e-9, 1e-5
 
@@ -179,13 +183,21 @@ def column_windows(col: np.ndarray, width: int) -> np.ndarray:
     return win[~np.isnan(win).any(axis=1)]
 
 
-def distinct_gaps(win: np.ndarray) -> np.ndarray:
-    """(n,) how many different gaps each sorted window has (relative to its range): a run of
-    equally spaced values, as quantised data give, looks like any index list and is no evidence."""
-    gaps = np.diff(win, axis=1)
-    q = np.round(gaps / np.maximum(gaps.max(axis=1, keepdims=True), 1e-300), 6)
-    q.sort(axis=1)
-    return 1 + (np.diff(q, axis=1) > 0).sum(axis=1)
+def resolution(values: np.ndarray) -> float:
+    """The step a column is recorded to: 10^-d for the fewest decimals d (0..12) that hold
+    every value, else (full floating-point data) its range times 2^-52."""
+    for d in range(13):
+        if np.all(np.abs(np.round(values, d) - values) <= 1e-6 * 10.0 ** -d):
+            return 10.0 ** -d
+    return max(float(np.ptp(values)), 1e-300) * 2.0 ** -52
+
+
+def gap_bits(win: np.ndarray, quantum: float) -> np.ndarray:
+    """(n,) information in each sorted window's shape: the sum over its gaps of log2(1 + gap /
+    quantum), ``quantum`` the column's resolution (``resolution``). Where values recorded to
+    few digits are dense, a sorted run is a list of small integers (in quanta), as found in any
+    index array, and is no evidence of a copy."""
+    return np.log2(1.0 + np.diff(win, axis=1) / quantum).sum(axis=1)
 
 
 def both_signs(windows: np.ndarray, canon: Callable) -> np.ndarray:
@@ -198,7 +210,8 @@ class ClientPatterns:
 
     def __init__(self, client: ClientData, max_column_run: int) -> None:
         table = pd.concat([f for f in (client.train, client.test) if f is not None])
-        values = as32(table.to_numpy(dtype=float))
+        raw = table.to_numpy(dtype=float)
+        values = as32(raw)
         schema = client.schema
         discrete = np.array([f.discrete for f in schema.features])
         self.detectors: list[Detector] = []
@@ -209,7 +222,8 @@ class ClientPatterns:
             col = values[:, j]
             observed = col[~np.isnan(col)]
             h = entropy_bits(observed)
-            width = max(max_column_run + 1, int(np.ceil(RUN_BITS / h))) if h > 0 else MAX_RUN_WIDTH + 1
+            # (+ 2: an affine copy is matched up to a shift and a scale, two values' worth)
+            width = max(max_column_run + 1, int(np.ceil(RUN_BITS / h)) + 2) if h > 0 else MAX_RUN_WIDTH + 1
             if width > MAX_RUN_WIDTH or len(observed) < width:
                 continue
             win = column_windows(col, width)
@@ -217,12 +231,18 @@ class ClientPatterns:
             pats.append(win)
             what += [f"{width} consecutive values of column '{f.name}' (or an affine copy)"] * len(win)
             srt = np.unique(observed)  # strictly increasing order statistics (ties are no information)
-            if not f.discrete and len(srt) >= max(width, MIN_DISTINCT * len(observed)):
-                win = column_windows(srt, width)
-                win = win[distinct_gaps(win) * 3 >= 2 * (width - 1)]
-                pats, what = sorted_runs.setdefault(width, ([], []))
-                pats.append(win)
-                what += [f"{width} consecutive sorted values of column '{f.name}' (or an affine copy)"] * len(win)
+            if f.discrete or len(srt) < max(MAX_RUN_WIDTH, MIN_DISTINCT * len(observed)):
+                continue
+            quantum = resolution(np.unique(raw[:, j][~np.isnan(raw[:, j])]))  # (before float32 rounding)
+            if np.log2((srt[-1] - srt[0]) / quantum) < MIN_RESOLUTION_BITS:
+                continue
+            per_gap = gap_bits(srt[None, :], quantum)[0] / (len(srt) - 1)
+            width = min(MAX_RUN_WIDTH, max(max_column_run + 1, int(np.ceil(1.5 * RUN_BITS / per_gap)) + 1))
+            win = column_windows(srt, width)
+            win = win[gap_bits(win, quantum) >= RUN_BITS]
+            pats, what = sorted_runs.setdefault(width, ([], []))
+            pats.append(win)
+            what += [f"{width} consecutive sorted values of column '{f.name}' (or an affine copy)"] * len(win)
         for groups, canon in ((runs, standardise), (sorted_runs, standardise_increasing)):
             for width, (pats, what) in groups.items():
                 self.detectors.append(Detector(both_signs(np.concatenate(pats), canon), what + what, canon,

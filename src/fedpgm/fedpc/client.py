@@ -98,6 +98,37 @@ def clusters_of(ctx: ClientContext, names: list[str], k: int, seed: int, by_labe
     return out
 
 
+def merge_small(ctx: ClientContext, names: list[str], labels: np.ndarray, by_label: bool) -> np.ndarray:
+    """Clusters renumbered 0..k'-1 after each cluster with fewer rows than the client's policy
+    allows (``min_rows``) is merged into the one with the nearest centroid (standardised columns;
+    with ``by_label``, one of the same class where there is one, so clusters stay label-pure).
+    The reply notes any merge; a client with fewer rows in all than ``min_rows`` refuses."""
+    floor = ctx.policy.min_rows
+    ctx.require_rows(len(labels), "cluster circuits")
+    x = ctx.data.train[names].to_numpy(dtype=float)
+    x = np.where(np.isnan(x), np.nanmean(np.where(np.isnan(x).all(0), 0.0, x), axis=0), x)
+    x = (x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0)
+    label = ctx.data.schema.label
+    y = ctx.data.train[label].to_numpy(dtype=float) if by_label and label in names else np.zeros(len(x))
+    labels, before = labels.copy(), len(np.unique(labels))
+    while True:
+        ids, counts = np.unique(labels, return_counts=True)
+        if counts.min() >= floor or len(ids) == 1:
+            break
+        small = ids[np.argmin(counts)]
+        centre = x[labels == small].mean(0)
+        klass = np.nanmedian(y[labels == small])
+        others = [i for i in ids if i != small]
+        same = [i for i in others if np.nanmedian(y[labels == i]) == klass] or others
+        nearest = min(same, key=lambda i: float(((x[labels == i].mean(0) - centre) ** 2).sum()))
+        labels[labels == small] = nearest
+    labels = np.unique(labels, return_inverse=True)[1]
+    if labels.max() + 1 < before:
+        ctx.notes.append(f"clusters lowered from {before} to {labels.max() + 1} by the client's policy "
+                         f"(min_rows {floor}: smaller clusters merged into their nearest)")
+    return labels
+
+
 @HANDLERS.train("fit")
 def fit(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
@@ -125,12 +156,14 @@ def fit(request: Message, ctx: ClientContext) -> Message:
         add(f"shared{i}", learn(ctx, names, everything, learner, params), len(everything))
     if cfg["own"]:
         k = int(cfg["clusters"])
-        labels = clusters_of(ctx, cfg["own"], k, int(params.get("seed", 0)), by_label=bool(cfg.get("memberships")))
+        by_label = bool(cfg.get("memberships"))
+        labels = clusters_of(ctx, cfg["own"], k, int(params.get("seed", 0)), by_label=by_label)
+        labels = merge_small(ctx, cfg["own"], labels, by_label)
+        k = int(labels.max()) + 1
         for c in range(k):
             rows = np.flatnonzero(labels == c)
             if len(rows) == 0:
                 raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
-            ctx.require_rows(len(rows), f"the circuit of cluster {c} (lower --clusters)")
             add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
         if cfg.get("memberships"):
             arrays["memberships/ids"] = row_hashes(ctx.data.train.index, cfg["salt"])

@@ -151,7 +151,8 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
             alternatives.append([Alternative(ids, list(n / n.sum()))])
         else:
             c = holders[0]
-            alternatives.append([Alternative([add(c, entries[c][f"cluster{k}"])], [1.0]) for k in range(clusters)])
+            keys = [k for k in entries[c] if k.startswith("cluster")]  # (fewer if the client merged small ones)
+            alternatives.append([Alternative([add(c, entries[c][k])], [1.0]) for k in keys])
     alt_sizes = [[sum(components[i]["n"] for i in a.components) for a in alts] for alts in alternatives]
     cooccurrence = memberships(replies, spaces) if glue_how == "aligned" else None
     chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), cooccurrence)

@@ -471,4 +471,7 @@ def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: in
             "critical_path_seconds": max(client_seconds.values()),
             "communication": fed.ledger.totals(), "shared_with_server": SHARED[ensemble],
             "single_class_clients": sorted(c for c, e in experts.items() if np.count_nonzero(e.prior) < 2)}
+    policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
+    if policy:
+        info["client_policy"] = policy  # what each client's own privacy policy changed
     return TreeCircuit(experts, schema, info, combine, references)
