@@ -180,3 +180,51 @@ def test_dp_per_update_scope_bounds_each_update_and_reports_their_composition(as
     with pytest.raises(FedpgmError, match="unknown DP scope 'round'"):
         run_fcm(FCMSettings(network="asia", clients=6, rounds=RoundSettings(dp_epsilon=1.0, dp_scope="round")),
                 data=asia)
+
+
+def fcm_rounds(asia, clients, initial, late, rounds):
+    from fedpgm.concepts.federation import HANDLERS, run_rounds
+    from fedpgm.federation import InProcessFederation
+
+    va = asia.part(1)
+    with InProcessFederation(clients, HANDLERS, mode="sequential") as fed:
+        return run_rounds(fed, initial, late, asia.cards, asia.task, asia.x.shape[1],
+                          (asia.x[va], asia.codes[va, asia.nodes.index(asia.task)]), rounds)
+
+
+def test_a_clients_dp_policy_is_never_lowered_by_the_server(asia):
+    """A client whose policy demands epsilon <= 1 refuses a round without DP, lowers a server's
+    epsilon 8 to 1, and reports what it spent; the others train as the server asked."""
+    from fedpgm.data.policy import ClientPolicy
+    from fedpgm.federation.base import ClientFailed
+
+    clients, initial, late = make_clients(asia, FCMSettings(network="asia", clients=4))
+    strict = clients[0]
+    strict.policy = ClientPolicy(max_epsilon=1.0)
+    settings = dict(kind="cbm", regime="fcm", rounds=2, per_round=4, join_round=2, patience=4, hidden=8, emb=4,
+                    train=TrainSettings(batch_size=256))
+    with pytest.raises(ClientFailed, match=f"client '{strict.client_id}' trains only under differential "
+                                           "privacy with epsilon <= 1.0; rerun with --dp-epsilon 1.0"):
+        fcm_rounds(asia, clients, initial, late, RoundSettings(**settings))
+    out = fcm_rounds(asia, clients, initial, late, RoundSettings(**settings, dp_epsilon=8.0))
+    assert 0 < out["epsilon_spent"][strict.client_id] <= 1.0
+    assert max(e for c, e in out["epsilon_spent"].items() if c != strict.client_id) > 1.0
+
+
+def test_an_fcm_round_goes_on_with_its_quorum_and_names_who_was_left_out(asia):
+    """A client that refuses to train (its policy demands DP, the server asks for none) stops a
+    round unless the round's quorum lets it go on without that client."""
+    from fedpgm.data.policy import ClientPolicy
+    from fedpgm.federation.base import ClientFailed
+
+    clients, initial, late = make_clients(asia, FCMSettings(network="asia", clients=4))
+    refusing = clients[0]
+    refusing.policy = ClientPolicy(max_epsilon=1.0)
+    settings = dict(kind="cbm", regime="fcm", rounds=2, per_round=4, join_round=5, patience=4, hidden=8, emb=4,
+                    train=TrainSettings(batch_size=256))
+    everyone = [c.client_id for c in clients]
+    with pytest.raises(ClientFailed, match=f"client '{refusing.client_id}'"):
+        fcm_rounds(asia, clients, everyone, [], RoundSettings(**settings))
+    out = fcm_rounds(asia, clients, everyone, [], RoundSettings(**settings, min_clients=3))
+    assert [h["clients"] for h in out["history"]] == [everyone[1:]] * 2
+    assert list(out["left_out"]) == [refusing.client_id] and "differential privacy" in out["left_out"][refusing.client_id]

@@ -135,6 +135,7 @@ def test_sigterm_of_the_cli_stops_its_workers_and_exits_143(tmp_path):
     assert "stopped by SIGTERM" in out and "Traceback" not in out
     assert took < 15
     cli.assert_clean()
+    print(f"fault: SIGTERM to the CLI (in-process): exit 143 after {took:.2f} s")
 
 
 def test_sigkill_of_the_cli_leaves_no_worker_and_no_folder(tmp_path):
@@ -142,7 +143,9 @@ def test_sigkill_of_the_cli_leaves_no_worker_and_no_folder(tmp_path):
     cli.wait_for_descendants(3)
     code, _, _ = cli.signal(signal.SIGKILL)
     assert code == -signal.SIGKILL
-    assert cli.assert_clean() < 10  # each worker notices its parent is gone within a second
+    took = cli.assert_clean()
+    assert took < 10  # each worker notices its parent is gone within a second
+    print(f"fault: SIGKILL to the CLI (in-process): workers gone after {took:.2f} s")
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +165,7 @@ def test_a_killed_client_is_named_within_seconds(wine):
     failure = replies.failures["client-1"]
     assert failure.kind == "unavailable" and "exited" in failure.detail
     assert took < 10
+    print(f"fault: client killed mid-exchange (in-process): named after {took - 1:.2f} s")
 
 
 def test_a_paused_client_times_out_and_a_quorum_goes_on_without_it(wine):
@@ -177,6 +181,7 @@ def test_a_paused_client_times_out_and_a_quorum_goes_on_without_it(wine):
         assert "client-2" in fed.left_out_report() and "timeout" in fed.left_out_report()["client-2"]
         assert fed.clients == ["client-0", "client-1"]  # addressed no more
     assert 3 <= took < 6
+    print(f"fault: client paused (in-process, 3 s deadline): timeout after {took:.2f} s")
     wait_until(lambda: not Path(f"/proc/{pid}").exists() or
                Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 10, "the paused worker killed")
 
@@ -222,7 +227,9 @@ def test_signal_to_the_cli_stops_the_whole_flower_deployment(tmp_path, sig):
         assert took < 30
     else:
         assert code == -signal.SIGKILL
-    cli.assert_clean(timeout=30)  # the reaper stops what the killed CLI could not
+    clean = cli.assert_clean(timeout=30)  # the reaper stops what the killed CLI could not
+    print(f"fault: {signal.Signals(sig).name} to the CLI (Flower): exit {code} after {took:.2f} s, "
+          f"every process gone {clean:.2f} s later")
 
 
 @pytest.mark.slow
@@ -241,3 +248,5 @@ def test_a_dead_superlink_fails_the_run_within_seconds(tmp_path):
     assert "SuperLink exited" in text and "Traceback" not in text
     assert took < 30
     cli.assert_clean(timeout=30)
+    print(f"fault: SuperLink killed mid-fit: CLI exit 2 after {took:.2f} s")
+

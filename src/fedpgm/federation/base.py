@@ -114,6 +114,10 @@ class Federation(ABC):
         if unknown:
             raise FedpgmError(f"unknown client(s) {unknown}; the federation has {self._clients}")
 
+    def await_return(self, clients: list[str], deadline: float | None) -> None:
+        """Before a retry: wait (until ``deadline``, a ``time.monotonic`` value) for unavailable
+        clients to be reachable again. Here a dead client cannot come back, so no wait."""
+
     def close(self) -> None:
         """Release processes or connections (idempotent)."""
 
@@ -165,6 +169,10 @@ class Federation(ABC):
         if again and (left is None or left > 0):  # one retry: a node that came back answers
             self.log(f"asking {sorted(again)} once more after: "
                      + "; ".join(str(outcomes[c]) for c in again))
+            self.await_return(list(again), deadline)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            for c, data in again.items():
+                self.ledger.record("down", c, name, len(data))
             for c, out in self._exchange(again, {c: name for c in again}, left).items():
                 first = outcomes[c]
                 outcomes[c] = out if not isinstance(out, ClientFailure) else ClientFailure(

@@ -107,6 +107,16 @@ class FlowerFederation(Federation):
             self.log(f"clients joined: {missing}")
         self._clients += [c for c in clients if c not in self._clients]
 
+    def await_return(self, clients: list[str], deadline: float | None) -> None:
+        """Wait until the SuperLink lists the clients' nodes as online again (a paused or
+        disconnected SuperNode that resumes keeps its node id), at most until ``deadline`` or
+        ``wait_s`` from now."""
+        until = time.monotonic() + self.wait_s
+        until = until if deadline is None else min(until, deadline)
+        nodes = {self.node_of[c] for c in clients}
+        while time.monotonic() < until and not nodes <= set(self.grid.get_node_ids()):
+            time.sleep(1.0)
+
     def log(self, text: str) -> None:
         print(f"fedpgm: {text}", flush=True)  # the ServerApp's output is what `flwr run` streams
 
