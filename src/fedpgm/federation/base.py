@@ -152,6 +152,7 @@ class Federation(ABC):
         deadline = None if timeout is None else time.monotonic() + timeout
         replies = Replies(left_out=self.left_out)
         self.ledger.new_round()
+        self.log(f"round {self.ledger.rounds}: '{name}' to {len(targets)} client(s)")
         requests = {}
         for c in targets:
             if c in self.lost:

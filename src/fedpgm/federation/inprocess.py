@@ -92,17 +92,32 @@ class Worker:
         self.process.start()
         child.close()
 
-    def stop(self, grace: float = 2.0) -> None:
+    def ask_to_stop(self) -> None:
         # Other workers hold forked copies of this pipe, so closing it is no EOF: say stop.
         try:
             self.conn.send_bytes(b"")
         except (BrokenPipeError, OSError):
             pass
         self.conn.close()
-        self.process.join(grace)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(grace)
+
+    def stop(self, grace: float = 2.0) -> None:
+        self.ask_to_stop()
+        stop_all([self], grace)
+
+
+def stop_all(workers: list[Worker], grace: float = 2.0) -> None:
+    """Ask every worker to stop, wait at most ``grace`` seconds in all (a busy worker reads
+    the request only when its handler returns), then kill those still running."""
+    for w in workers:
+        if not w.conn.closed:
+            w.ask_to_stop()
+    deadline = time.monotonic() + grace
+    for w in workers:
+        w.process.join(max(0.0, deadline - time.monotonic()))
+    for w in workers:
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join(grace)
 
 
 class InProcessFederation(Federation):
@@ -196,8 +211,7 @@ class InProcessFederation(Federation):
         self.workers[client].process.join(5)
 
     def close(self) -> None:
-        for w in self.workers.values():
-            w.stop()
+        stop_all(list(self.workers.values()))
         self.workers = {}
         if self._own_workdir and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
