@@ -30,6 +30,7 @@ from pathlib import Path
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.lifecycle import guard
+from fedpgm.federation.reaper import alive as group_alive
 
 EXIT_GRACE_S = 5.0
 ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
@@ -329,14 +330,6 @@ def start_guarded(args: list[str], out, env: dict, cwd: Path) -> subprocess.Pope
                             start_new_session=True, cwd=cwd)
     guard().add_group(proc.pid)
     return proc
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 def kill_group(proc: subprocess.Popen, sig: int) -> None:
