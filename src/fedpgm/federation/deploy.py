@@ -30,6 +30,7 @@ from pathlib import Path
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.lifecycle import guard
+from fedpgm.federation.pki import Pki
 from fedpgm.federation.reaper import alive as group_alive
 
 EXIT_GRACE_S = 5.0
@@ -93,7 +94,7 @@ class LoopbackDeployment:
 
     def __init__(self, partition_dir: str | Path, workdir: str | Path | None = None,
                  clients: list[str] | None = None, port: int | None = None,
-                 policies: dict[str, ClientPolicy] | None = None) -> None:
+                 policies: dict[str, ClientPolicy] | None = None, pki: Pki | None = None) -> None:
         self.partition_dir = Path(partition_dir).resolve()
         manifest = self.partition_dir / "manifest.json"
         if not manifest.is_file():
@@ -116,6 +117,7 @@ class LoopbackDeployment:
         self.nodes: dict[str, Node] = {}
         self.runs: list[Run] = []
         self.policies = dict(policies or {})
+        self.pki = pki  # TLS and SuperNode authentication (``fedpgm.federation.pki``); None: plain text
         if port is not None and port_open(port):
             raise FedpgmError(f"port {port} on 127.0.0.1 is in use; choose another or leave it unset")
         self.port = port or 0
@@ -127,20 +129,46 @@ class LoopbackDeployment:
 
     def start(self, timeout: float = 60.0) -> "LoopbackDeployment":
         self.port = self.port or free_port()
+        security = (["--insecure"] if self.pki is None else
+                    ["--ssl-ca-certfile", str(self.pki.ca), "--ssl-certfile", str(self.pki.server_cert),
+                     "--ssl-keyfile", str(self.pki.server_key), "--enable-supernode-auth"])
         self.superlink = self.spawn(
-            [flwr_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
+            [flwr_tool("flower-superlink"), *security, "--host", "127.0.0.1", "--port", str(self.port),
              "--disable-runtime-dependency-installation"], "superlink.log")
         self.wait_port(self.port, self.superlink, "superlink.log", timeout)
-        for cid in self.client_ids:
-            self.start_node(cid, wait=False)
-        for cid in self.client_ids:
-            self.wait_node(cid, timeout)
         home = Path(self.env["FLWR_HOME"])
         home.mkdir(parents=True, exist_ok=True)
         (home / "config.toml").write_text(
             f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+            f'address = "127.0.0.1:{self.port}"\n'
+            + ("insecure = true\n" if self.pki is None else f'root-certificates = "{self.pki.ca}"\n'))
+        for cid in self.client_ids:
+            self.register(cid)
+            self.start_node(cid, wait=False)
+        for cid in self.client_ids:
+            self.wait_node(cid, timeout)
         return self
+
+    def register(self, client_id: str, public_key: Path | None = None, timeout: float = 60.0) -> None:
+        """With node authentication, register the SuperNode's public key at the SuperLink
+        (``flwr supernode register``), as the federation's operator does once per institution."""
+        if self.pki is None:
+            return
+        key = public_key or self.pki.node_pub(client_id)
+        done = subprocess.run([flwr_tool("flwr"), "supernode", "register", str(key), "loopback"], env=self.env,
+                              cwd=self.workdir, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0 or "registered successfully" not in done.stdout:
+            raise FedpgmError(f"registering the key of '{client_id}' failed: "
+                              f"{' '.join((done.stdout + done.stderr).split())[-300:]}")
+
+    def supernode_args(self, client_id: str, port: int, config: str, key: Path | None = None) -> list[str]:
+        """The ``flower-supernode`` command of a client: plain text, or TLS checked against the
+        CA with the node's key (``key``, default the client's own)."""
+        security = (["--insecure"] if self.pki is None else
+                    ["--root-certificates", str(self.pki.ca),
+                     "--auth-supernode-private-key", str(key or self.pki.node_key(client_id))])
+        return [flwr_tool("flower-supernode"), *security, "--superlink", f"127.0.0.1:{self.port}",
+                "--host", "127.0.0.1", "--port", str(port), "--node-config", config]
 
     def start_node(self, client_id: str, wait: bool = True, timeout: float = 60.0) -> Node:
         """Start the SuperNode of ``client_id``; with ``wait``, return once it listens."""
@@ -155,9 +183,7 @@ class LoopbackDeployment:
             values["policy"] = json.dumps(self.policies[client_id].to_dict(), separators=(",", ":"))
         config = " ".join(f"{k}={toml_value(v)}" for k, v in values.items())
         env = {**self.env, "FLWR_HOME": str(work / "flwr-home")}
-        proc = self.spawn([flwr_tool("flower-supernode"), "--insecure", "--superlink",
-                           f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port", str(port),
-                           "--node-config", config], f"supernode-{client_id}.log", env)
+        proc = self.spawn(self.supernode_args(client_id, port, config), f"supernode-{client_id}.log", env)
         self.nodes[client_id] = Node(client_id, proc, port)
         if wait:
             self.wait_node(client_id, timeout)
