@@ -110,7 +110,8 @@ def client_table(part, cid="client-0"):
 
 
 @pytest.mark.parametrize("leak", ["column x 2", "column + 1e-3", "column in mm (x 1000) - 7", "negated column",
-                                  "column as float32", "reordered columns", "table without its label",
+                                  "column as float32", "sorted column", "a dense run of the sorted column",
+                                  "reversed sorted column", "reordered columns", "table without its label",
                                   "one row, columns shuffled"])
 def test_transformed_copies_are_caught(cancer, leak):
     c, x = client_table(cancer)
@@ -122,6 +123,9 @@ def test_transformed_copies_are_caught(cancer, leak):
         "column in mm (x 1000) - 7": col * 1000 - 7,
         "negated column": -col[5:30],
         "column as float32": col[:20].astype(np.float32),
+        "sorted column": np.sort(col),
+        "a dense run of the sorted column": np.unique(col)[100:140],
+        "reversed sorted column": np.sort(col)[::-1].astype(np.float32),
         "reordered columns": x[:, rng.permutation(x.shape[1])][:3].reshape(-1),
         "table without its label": np.delete(x, c.schema.index(c.schema.label), axis=1)[:2].reshape(-1),
         "one row, columns shuffled": x[7][rng.permutation(x.shape[1])],

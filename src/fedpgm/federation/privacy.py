@@ -14,8 +14,8 @@ row                         a complete row, its columns in any order (rows with 
 row without the label       the same for the row's feature columns (a table sent without labels)
 column run                  ``w`` consecutive values of one column in row order, or any affine
                             image ``a * x + b`` of them (scaled, shifted, negated, unit-changed)
-sorted column               ``w`` consecutive order statistics of one column (a sorted copy), or
-                            an affine image of them
+sorted column               ``w`` consecutive order statistics of one column (a sorted copy) as
+                            recorded, in either order, or an affine image of them
 table                       ``k`` consecutive rows flattened row by row: tables whose single rows
                             identify no one (few possible values, e.g. a Bayesian network sample)
 ==========================  =====================================================================
@@ -24,18 +24,20 @@ table                       ``k`` consecutive rows flattened row by row: tables 
 needs ``max(max_column_run + 1, RUN_BITS / H + 2)`` values where ``H`` is the column's empirical
 entropy in bits (a continuous column: 6 values; hours-per-week, H = 3.9: 15; a binary column:
 left to the table detector, ``w`` would pass ``MAX_RUN_WIDTH``), a table ``TABLE_BITS / H_row``
-rows. Sorted runs are searched for in columns whose values are mostly distinct (``MIN_DISTINCT``)
-and recorded to at least 2^20 steps of their resolution across their range
-(``MIN_RESOLUTION_BITS``), and only windows whose gaps carry ``RUN_BITS`` (``gap_bits``): sorted
-values recorded to few digits are, in units of that resolution, increasing integer lists, as
-every circuit structure's child lists are (breast cancer's mean_smoothness, to 5 decimals, matched
-a structure's child indices), so sorted copies of such columns are not searched for. Rows
-are searched for only where a row carries at least ``MIN_ROW_BITS`` bits (the sum of its
-columns' empirical entropies; 2^16 possible rows); below that the table detector stands in. Sorted runs must be strictly increasing (a run of ties
-is no information).
+rows. Rows are searched for only where a row carries at least ``MIN_ROW_BITS`` bits (the sum
+of its columns' empirical entropies; 2^16 possible rows); below that the table detector stands
+in. Sorted runs (of distinct values; ties are no information) need ``RUN_BITS`` from their gaps,
+``gap_bits``, plus, for exact values, log2 of the column's distinct values (where the run
+lies). Affine copies of sorted runs are searched for only in columns whose values are mostly
+distinct (``MIN_DISTINCT``) and recorded to at least 2^20 steps of their resolution
+(``MIN_RESOLUTION_BITS``): sorted values recorded to few digits are, in units of that resolution,
+increasing integer lists, as every circuit structure's child lists are (breast cancer's
+mean_smoothness, to 5 decimals, matched a structure's child indices once), so for such columns
+only exact sorted copies are searched for.
 
-What it does not detect, by design or by cost: sorted copies of columns recorded to few
-digits (above), values perturbed by noise, rounding to fewer
+What it does not detect, by design or by cost: scaled or shifted sorted copies of columns
+recorded to few digits (above), sorted runs of densely repeated integer values (a range of
+ages), values perturbed by noise, rounding to fewer
 digits than float32, non-affine transforms (log, ranks), subsets of rows or columns that are not
 contiguous in the message, a column spread over non-adjacent positions (strided), the sorted
 copy of a discrete column, rows whose values are partly missing, and anything derived from
@@ -66,6 +68,7 @@ RUN_BITS = 48.0  # information a column run or a table window must carry
 TABLE_BITS = 64.0
 MAX_RUN_WIDTH = 16  # a column needing a longer run (H < 3 bits) is left to the table detector
 MAX_TABLE_WIDTH = 256  # values in a table window
+MAX_SORTED_WIDTH = 32  # an exact sorted run may need this many values where they lie densely
 MIN_DISTINCT = 0.5  # sorted runs only for columns at least this fraction of whose values are distinct
 MIN_RESOLUTION_BITS = 20.0  # ... and recorded to at least 2^20 steps across their range
 CHUNK = 1 << 16  # windows canonicalised at once
@@ -219,6 +222,7 @@ class ClientPatterns:
         self.add_rows(values, table.index, schema, discrete)
         runs: dict[int, tuple[list, list]] = {}
         sorted_runs: dict[int, tuple[list, list]] = {}
+        exact_sorted_runs: dict[int, tuple[list, list]] = {}
         for j, f in enumerate(schema.features):
             col = values[:, j]
             observed = col[~np.isnan(col)]
@@ -232,22 +236,34 @@ class ClientPatterns:
             pats.append(win)
             what += [f"{width} consecutive values of column '{f.name}' (or an affine copy)"] * len(win)
             srt = np.unique(observed)  # strictly increasing order statistics (ties are no information)
-            if f.discrete or len(srt) < max(MAX_RUN_WIDTH, MIN_DISTINCT * len(observed)):
+            if f.discrete or len(srt) < MAX_RUN_WIDTH:
                 continue
             quantum = resolution(np.unique(raw[:, j][~np.isnan(raw[:, j])]))  # (before float32 rounding)
-            if np.log2((srt[-1] - srt[0]) / quantum) < MIN_RESOLUTION_BITS:
-                continue
-            per_gap = gap_bits(srt[None, :], quantum)[0] / (len(srt) - 1)
-            width = min(MAX_RUN_WIDTH, max(max_column_run + 1, int(np.ceil(1.5 * RUN_BITS / per_gap)) + 1))
-            win = column_windows(srt, width)
-            win = win[gap_bits(win, quantum) >= RUN_BITS]
-            pats, what = sorted_runs.setdefault(width, ([], []))
-            pats.append(win)
-            what += [f"{width} consecutive sorted values of column '{f.name}' (or an affine copy)"] * len(win)
+            where = np.log2(len(srt))  # an exact value also says where in the column it lies
+            for group, affine, bits0 in ((sorted_runs, True, 0.0), (exact_sorted_runs, False, where)):
+                if affine and (len(srt) < MIN_DISTINCT * len(observed)
+                               or np.log2((srt[-1] - srt[0]) / quantum) < MIN_RESOLUTION_BITS):
+                    continue
+                per_gap = gap_bits(srt[None, :], quantum)[0] / (len(srt) - 1)
+                need = max(RUN_BITS - bits0, 1.0)
+                width = min(MAX_RUN_WIDTH, max(max_column_run + 1, int(np.ceil(1.5 * need / per_gap)) + 1))
+                # (exact copies: also longer windows, where values lie densely and gaps say little)
+                for w in ([width] if affine else sorted({width, MAX_SORTED_WIDTH})):
+                    if len(srt) < w:
+                        continue
+                    win = column_windows(srt, w)
+                    win = win[bits0 + gap_bits(win, quantum) >= RUN_BITS]
+                    pats, what = group.setdefault(w, ([], []))
+                    pats.append(win)
+                    what += [f"{w} consecutive sorted values of column '{f.name}'"
+                             + (" (or an affine copy)" if affine else "")] * len(win)
         for groups, canon in ((runs, standardise), (sorted_runs, standardise_increasing)):
             for width, (pats, what) in groups.items():
                 self.detectors.append(Detector(both_signs(np.concatenate(pats), canon), what + what, canon,
                                                AFFINE_TOL))
+        for width, (pats, what) in exact_sorted_runs.items():  # as recorded, in either order
+            pats = np.concatenate(pats)
+            self.detectors.append(Detector(np.concatenate([pats, pats[:, ::-1]]), what + what, exact, EXACT_TOL))
 
     def add_rows(self, values: np.ndarray, ids, schema, discrete: np.ndarray) -> None:
         """Row detectors where a row carries ``MIN_ROW_BITS`` (the sum of its columns' empirical
