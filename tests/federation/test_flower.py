@@ -50,6 +50,18 @@ def test_reference_on_flower_equals_in_process(parts, tmp_path):
     assert remote["communication"] == local["communication"]  # same codec, same bytes
 
 
+def test_each_supernode_reads_a_manifest_of_its_own_part_only(parts, tmp_path):
+    import json
+
+    part, folder = parts
+    dep = LoopbackDeployment(folder, workdir=tmp_path / "dep")
+    for c in part.clients:
+        doc = json.loads(dep.node_manifest(c.client_id, tmp_path).read_text())
+        assert [e["id"] for e in doc["clients"]] == [c.client_id]
+        assert doc["clients"][0]["train_rows"] == sorted(int(i) for i in c.train.index)
+        assert [f["name"] for f in doc["schema"]["features"]] == c.schema.names
+
+
 @pytest.mark.slow
 def test_killed_supernode_is_reported_and_the_run_finishes(parts, tmp_path):
     part, folder = parts

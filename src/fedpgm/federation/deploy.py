@@ -28,6 +28,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from fedpgm.data.policy import ClientPolicy
+from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.lifecycle import guard
 from fedpgm.federation.pki import Pki
@@ -99,7 +100,8 @@ class LoopbackDeployment:
         manifest = self.partition_dir / "manifest.json"
         if not manifest.is_file():
             raise FedpgmError(f"{self.partition_dir} has no manifest.json; write one with `fedpgm partition`")
-        entries = json.loads(manifest.read_text())["clients"]
+        self.manifest = json.loads(manifest.read_text())
+        entries = self.manifest["clients"]
         self.files = {e["id"]: self.partition_dir / e["train_file"] for e in entries}
         self.client_ids = clients or list(self.files)
         unknown = [c for c in self.client_ids if c not in self.files]
@@ -178,7 +180,7 @@ class LoopbackDeployment:
         work = self.workdir / "clients" / client_id
         work.mkdir(parents=True, exist_ok=True)
         values = {"client-id": client_id, "data": str(self.files[client_id]),
-                  "schema": str(self.partition_dir / "manifest.json"), "workdir": str(work)}
+                  "schema": str(self.node_manifest(client_id, work)), "workdir": str(work)}
         if client_id in self.policies:
             values["policy"] = json.dumps(self.policies[client_id].to_dict(), separators=(",", ":"))
         config = " ".join(f"{k}={toml_value(v)}" for k, v in values.items())
@@ -188,6 +190,16 @@ class LoopbackDeployment:
         if wait:
             self.wait_node(client_id, timeout)
         return self.nodes[client_id]
+
+    def node_manifest(self, client_id: str, folder: Path) -> Path:
+        """The manifest one SuperNode reads: its own entry and the schema of its own columns only
+        (the partition's manifest lists every client's columns and row ids)."""
+        entry = next(e for e in self.manifest["clients"] if e["id"] == client_id)
+        schema = Schema.from_dict(self.manifest["schema"]).select(entry["columns"])
+        path = folder / "manifest.json"
+        path.write_text(json.dumps({**{k: v for k, v in self.manifest.items() if k not in ("schema", "clients")},
+                                    "schema": schema.to_dict(), "clients": [entry]}))
+        return path
 
     def wait_node(self, client_id: str, timeout: float, attempts: int = 3) -> None:
         """Wait until the SuperNode listens; one whose port was taken before it bound it is
