@@ -160,12 +160,16 @@ def test_quantiles_and_index_lists_of_an_integer_column_are_not_raw_values():
     import pandas as pd
     from fedpgm.data.partition import ClientData
     from fedpgm.data.schema import Feature, Schema
-    schema = Schema((Feature("hours", "continuous"), Feature("age", "continuous")))
-    frame = pd.DataFrame({"hours": hours, "age": np.round(rng.uniform(17, 90, 3000))})
+    gain = np.where(rng.random(3000) < 0.92, 0.0, np.round(rng.lognormal(8, 1, 3000)))  # capital-gain
+    schema = Schema((Feature("hours", "continuous"), Feature("age", "continuous"), Feature("gain", "continuous")))
+    frame = pd.DataFrame({"hours": hours, "age": np.round(rng.uniform(17, 90, 3000)), "gain": gain})
     c = ClientData("c", schema, frame)
     audit = PrivacyAudit([c])
     quantiles = np.quantile(hours, np.linspace(0, 1, 101))
-    audit.check("c", Message("layout", {"q": quantiles, "edges": np.arange(0, 100.0), "children": np.arange(500)}))
+    gains = np.quantile(gain, np.linspace(0, 1, 101))  # 92 zeros, then a few amounts: a one-hot shape
+    audit.check("c", Message("layout", {"q": quantiles, "g": gains, "edges": np.arange(0, 100.0),
+                                        "children": np.arange(500)}))
+
     with pytest.raises(PrivacyViolation, match="column 'hours'"):
         audit.check("c", Message("m", {"leak": hours[:40]}))
 

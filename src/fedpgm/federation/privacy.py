@@ -20,7 +20,9 @@ table                       ``k`` consecutive rows flattened row by row: tables 
                             identify no one (few possible values, e.g. a Bayesian network sample)
 ==========================  =====================================================================
 
-``w`` and ``k`` come from the data's entropy, so a match by chance stays unlikely: a column run
+``w`` and ``k`` come from the data's entropy, so a match by chance stays unlikely, and each
+window is kept only if its own values carry that much (``window_information``: the sum of their
+self-information, less the two largest terms for affine matches): a column run
 needs ``max(max_column_run + 1, RUN_BITS / H + 2)`` values where ``H`` is the column's empirical
 entropy in bits (a continuous column: 6 values; hours-per-week, H = 3.9: 15; a binary column:
 left to the table detector, ``w`` would pass ``MAX_RUN_WIDTH``), a table ``TABLE_BITS / H_row``
@@ -35,7 +37,9 @@ increasing integer lists, as every circuit structure's child lists are (breast c
 mean_smoothness, to 5 decimals, matched a structure's child indices once), so for such columns
 only exact sorted copies are searched for.
 
-What it does not detect, by design or by cost: scaled or shifted sorted copies of columns
+What it does not detect, by design or by cost: runs of a column that is mostly one value
+(capital-gain, 92% zeros: a window of 16 holds too few amounts to tell it from a list of
+quantiles), scaled or shifted sorted copies of columns
 recorded to few digits (above), sorted runs of densely repeated integer values (a range of
 ages), values perturbed by noise, rounding to fewer
 digits than float32, non-affine transforms (log, ranks), subsets of rows or columns that are not
@@ -94,6 +98,27 @@ def numbers_in(value) -> list[float]:
 
 def as32(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float64).astype(np.float32).astype(np.float64)
+
+
+def self_information(values: np.ndarray) -> np.ndarray:
+    """(n,) -log2 of each row's empirical frequency among the rows of ``values`` (n,) or (n, d)
+    (NaN-free): how much a row says, a rare value much, the common one little."""
+    if len(values) == 0:
+        return np.zeros(0)
+    _, inverse, counts = np.unique(values, axis=0, return_inverse=True, return_counts=True)
+    return -np.log2(counts[inverse.reshape(-1)] / len(values))
+
+
+def window_information(info: np.ndarray, width: int, affine: bool) -> np.ndarray:
+    """(n - width + 1,) the information of each window of ``width`` consecutive items; with
+    ``affine`` the two largest terms are dropped (a shift and a scale can make any two values
+    fit). Windows of a skewed column (capital-gain: 15 zeros and one amount) carry little, and
+    their standardised shape is found in any list of quantiles."""
+    win = np.lib.stride_tricks.sliding_window_view(info, width)
+    total = win.sum(axis=1)
+    if affine:
+        total = total - np.sort(win, axis=1)[:, -2:].sum(axis=1)
+    return total
 
 
 def entropy_bits(values: np.ndarray) -> float:
@@ -231,7 +256,10 @@ class ClientPatterns:
             width = max(max_column_run + 1, int(np.ceil(RUN_BITS / h)) + 2) if h > 0 else MAX_RUN_WIDTH + 1
             if width > MAX_RUN_WIDTH or len(observed) < width:
                 continue
-            win = column_windows(col, width)
+            win = np.lib.stride_tricks.sliding_window_view(col, width)
+            info = np.full(len(col), np.nan)
+            info[~np.isnan(col)] = self_information(observed)
+            win = win[window_information(info, width, affine=True) >= RUN_BITS]  # (NaN windows drop too)
             pats, what = runs.setdefault(width, ([], []))
             pats.append(win)
             what += [f"{width} consecutive values of column '{f.name}' (or an affine copy)"] * len(win)
@@ -287,6 +315,7 @@ class ClientPatterns:
             if k < 2 or k * len(cols) > MAX_TABLE_WIDTH or len(complete) < k:
                 continue
             win = column_windows(complete.reshape(-1), k * len(cols))[::len(cols)]
+            win = win[window_information(self_information(complete), k, affine=False) >= TABLE_BITS]
             what = [f"{k} consecutive {plural} (a table)"] * len(win)
             self.detectors.append(Detector(win, what, exact, EXACT_TOL))
 
