@@ -74,7 +74,7 @@ def test_flower_waits_for_a_node_to_be_online_again_before_the_retry():
             return [1, 2] if self.polls >= 3 else [1]
 
     fed = FlowerFederation.__new__(FlowerFederation)
-    fed.grid, fed.wait_s, fed.node_of = Grid(), 30.0, {"a": 1, "b": 2}
+    fed.grid, fed.node_of = Grid(), {"a": 1, "b": 2}
     t0 = time.monotonic()
     fed.await_return(["b"], deadline=time.monotonic() + 10)
     assert fed.grid.polls == 3 and time.monotonic() - t0 < 5

@@ -54,6 +54,7 @@ KNOWN_HANDLERS = ["fedpgm.federation.reference:HANDLERS", "fedpgm.federation.dia
 HELLO = "fedpgm_hello"
 NODE_UNAVAILABLE = 5  # flwr.common.constant.ErrorCode.NODE_UNAVAILABLE
 POLL_S = 0.05
+RETURN_WAIT_S = 35.0  # how long a retry waits for an unavailable node to be back (one heartbeat + 5 s)
 
 
 def to_record(payload: Payload) -> RecordDict:
@@ -109,9 +110,9 @@ class FlowerFederation(Federation):
 
     def await_return(self, clients: list[str], deadline: float | None) -> None:
         """Wait until the SuperLink lists the clients' nodes as online again (a paused or
-        disconnected SuperNode that resumes keeps its node id), at most until ``deadline`` or
-        ``wait_s`` from now."""
-        until = time.monotonic() + self.wait_s
+        disconnected SuperNode that resumes keeps its node id and is online at its next
+        heartbeat, every 30 s), at most ``RETURN_WAIT_S`` and never past ``deadline``."""
+        until = time.monotonic() + RETURN_WAIT_S
         until = until if deadline is None else min(until, deadline)
         nodes = {self.node_of[c] for c in clients}
         while time.monotonic() < until and not nodes <= set(self.grid.get_node_ids()):
