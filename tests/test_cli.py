@@ -105,3 +105,16 @@ def test_demo_runs(cli):
     for cells in rows.values():  # LL cent., LL fed., accuracy, rel. time, kB sent
         assert len(cells) == 5 and cells[0] > cells[1]  # the centralized circuit is the better density
         assert 0.85 < cells[2] <= 1.0 and cells[3] > 0 and cells[4] > 0  # no timing targets in tests
+
+
+@pytest.mark.parametrize("args", [
+    ["fedpc", "fit", "wine", "--split", "horizontal", "--clients", "2", "--timeout", "0"],
+    ["fedpc", "fit", "wine", "--split", "horizontal", "--clients", "2", "--min-clients", "3"],
+    ["ngm", "fit", "wine", "--clients", "2", "--target", "alcohol", "--timeout", "-5"],
+    ["concepts", "fit", "bn:asia", "--timeout", "0"],
+])
+def test_bad_deadlines_and_quorums_are_refused_before_any_work(cli, tmp_path, args):
+    code, _, err = cli(*args, "--json", tmp_path / "r.json")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--timeout must be > 0 seconds" in err or "--min-clients must lie in 1..2" in err
+    assert not (tmp_path / "r.json").exists()

@@ -32,7 +32,15 @@ QueryColumns = Annotated[Optional[str], typer.Option("--query", help="comma-sepa
                                                      "log p(Q | rest)")]
 Target = Annotated[Optional[str], typer.Option(help="discrete column: p(target = each state | rest)")]
 Mpe = Annotated[bool, typer.Option(help="complete the unobserved cells by max-product")]
+Timeout = Annotated[float, typer.Option("--timeout", help="Seconds each exchange with the clients may take; a "
+                                        "client that overruns is reported by name")]
 AnswersOut = Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here (default stdout)")]
+
+
+def check_timeout(timeout: float) -> float:
+    if not timeout > 0:
+        raise FedpgmError(f"--timeout must be > 0 seconds, got {timeout}")
+    return float(timeout)
 
 
 def load(dataset: str, data_dir, seed, rows=None, label=None, schema=None, missing=None,

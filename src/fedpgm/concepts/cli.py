@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedpgm.cli_common import Seed, console
+from fedpgm.cli_common import Seed, Timeout, check_timeout, console
 from fedpgm.errors import FedpgmError
 
 concepts_app = typer.Typer(no_args_is_help=True, help="Federated concept-based models (F-CMs): concept sets "
@@ -43,6 +43,7 @@ def fit(
                                                "or each 'update' it sends (the paper's setting)")] = "training",
     lr: Annotated[float, typer.Option(help="Adam's learning rate for every local update (the paper tunes it "
                                            "on validation data; DP's few noisy steps favour ~1e-2)")] = 1e-3,
+    timeout: Timeout = 3600.0,
     seed: Seed = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Folder for convergence and intervention plots")] = None,
@@ -58,6 +59,7 @@ def fit(
     join = join_round if join_round is not None else (10 if network in ("asia", "sachs") else 20)
     settings = FCMSettings(network=network, task=task, rows=rows, clients=clients,
                            perturbed_clients=perturbed_clients, perturbed_edges=perturbed_edges, backend=backend,
+                           timeout=check_timeout(timeout),
                            rounds=RoundSettings(kind=model, regime=regime, rounds=rounds, per_round=per_round,
                                                 join_round=join, seed=seed, dp_epsilon=dp_epsilon,
                                                 dp_scope=dp_scope, train=TrainSettings(lr=lr)))

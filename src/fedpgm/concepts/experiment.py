@@ -29,6 +29,7 @@ from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.federation.lifecycle import private_tempdir
+from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.privacy import PrivacyAudit
 
 
@@ -43,6 +44,7 @@ class FCMSettings:
     perturbed_edges: float = 0.0  # p
     backend: str = "inprocess"  # or "flower": a loopback deployment, one SuperNode per client
     rounds: RoundSettings = field(default_factory=RoundSettings)
+    timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
 
 
 def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ClientData], list[str], list[str]]:
@@ -115,10 +117,10 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     sizes = [len(c.train) for c in clients]
     if r.regime in ("static", "fcm", "reinit"):
         if s.backend == "flower":
-            out = run_flower(clients, initial, late, d, val, r)
+            out = run_flower(clients, initial, late, d, val, r, s.timeout)
         else:
             audit = PrivacyAudit(clients)
-            with InProcessFederation(clients, HANDLERS, mode="sequential", audit=audit) as fed:
+            with InProcessFederation(clients, HANDLERS, mode="sequential", audit=audit, timeout=s.timeout) as fed:
                 out = run_rounds(fed, initial, late, d.cards, d.task, d.x.shape[1], val, r, progress)
                 out["ledger"] = fed.ledger.totals()
             report["privacy_audit_messages"] = audit.checked
@@ -193,7 +195,7 @@ def run_fcm_tuned(s: FCMSettings, lrs: list[float], data: ConceptData | None = N
 
 
 def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d: ConceptData,
-               val: tuple[np.ndarray, np.ndarray], r: RoundSettings) -> dict:
+               val: tuple[np.ndarray, np.ndarray], r: RoundSettings, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
     """The same rounds on a loopback Flower deployment (SuperLink + one SuperNode per client);
     each node holds only its CSV and its concept graph (manifest ``meta``). The ``late`` clients'
     SuperNodes start only when the server reaches the join round and waits for them."""
@@ -208,7 +210,7 @@ def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d
                 "val": str(tmp / "val.npz"), "settings": asdict(r), "out": str(tmp / "model")}
         with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower", clients=initial) as dep:
             run = dep.submit("fedpgm.concepts.experiment:flower_procedure", "fedpgm.concepts.federation:HANDLERS",
-                             args, clients=len(initial), timeout=3600)
+                             args, clients=len(initial), timeout=max(3600.0, timeout), exchange_timeout=timeout)
             if late:  # the late clients' SuperNodes connect when the server asks for them
                 run.wait_for("waiting for clients", timeout=3600)
                 for c in late:

@@ -11,8 +11,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Label, Missing, Mpe, QueryColumns, Rows,
-                               SchemaFile, Seed, Target, TestSize, answer_queries, console, load,
-                               print_communication)
+                               SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
+                               console, load, print_communication)
 from fedpgm.errors import FedpgmError
 
 fedpc_app = typer.Typer(no_args_is_help=True, help="Federated probabilistic circuits (FedPC): one-pass "
@@ -73,8 +73,7 @@ def fit(
     shared: Annotated[Optional[int], typer.Option(help="hybrid: number of shared columns")] = None,
     overlap: Annotated[Optional[float], typer.Option(help="hybrid: fraction of rows on all clients")] = None,
     no_centralized: Annotated[bool, typer.Option(help="Skip the centralized reference")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds each exchange with the clients may take; a "
-                                                "client that overruns is reported by name")] = 3600.0,
+    timeout: Timeout = 3600.0,
     min_clients: Annotated[Optional[int], typer.Option(help="horizontal: go on without clients that fail or "
                                                             "overrun while this many answer (named in the "
                                                             "report as left_out)")] = None,
@@ -91,8 +90,7 @@ def fit(
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
     if restarts < 1:
         raise FedpgmError(f"--restarts must be >= 1, got {restarts}")
-    if not timeout > 0:
-        raise FedpgmError(f"--timeout must be > 0 seconds, got {timeout}")
+    check_timeout(timeout)
     if min_clients is not None and not 1 <= min_clients <= clients:
         raise FedpgmError(f"--min-clients must lie in 1..{clients} (--clients), got {min_clients}")
     if placement == "split" and out is not None:

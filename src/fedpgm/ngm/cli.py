@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from fedpgm.cli_common import DataDir, Seed, console, write_table
+from fedpgm.cli_common import DataDir, Seed, Timeout, check_timeout, console, write_table
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 
@@ -41,6 +41,7 @@ def fit(
     epochs: Annotated[int, typer.Option(help="Most training epochs per NGM (early stopping)")] = 200,
     hidden: Annotated[int, typer.Option(help="Hidden units per layer")] = 64,
     lam: Annotated[float, typer.Option(help="Weight of the graph penalty")] = 0.1,
+    timeout: Timeout = 3600.0,
     seed: Seed = 0,
     data_dir: DataDir = None,
     json_out: JsonOut = None,
@@ -61,7 +62,7 @@ def fit(
         gibbs_sweeps=gibbs_sweeps, soft_targets=soft,
         ngm=NGMSettings(epochs=epochs, hidden=hidden, lam=lam, seed=seed,
                         revealer=graph == "ngr", sparsity=sparsity),
-        seed=seed, data_dir=str(data_dir) if data_dir else None)
+        seed=seed, data_dir=str(data_dir) if data_dir else None, timeout=check_timeout(timeout))
     if not settings.targets:
         raise FedpgmError(f"name at least one --target for {dataset}")
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,

@@ -29,6 +29,7 @@ from fedpgm.data import ClientData, load_dataset
 from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
+from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.privacy import PrivacyAudit
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 from fedpgm.ngm.graph import plot_graphs
@@ -63,6 +64,7 @@ class ExperimentSettings:
     ngm: NGMSettings = field(default_factory=NGMSettings)
     seed: int = 0
     data_dir: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
 
 
 def skew_mask(frame: pd.DataFrame, ds: Dataset, spec: str) -> np.ndarray:
@@ -189,7 +191,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
             raise FedpgmError(f"target '{y}' is not a shared feature; shared features are {shared}")
     times = {"split": time.perf_counter() - t0}
     audit = PrivacyAudit(clients)
-    with InProcessFederation(clients, HANDLERS, mode=mode, audit=audit) as fed:
+    with InProcessFederation(clients, HANDLERS, mode=mode, audit=audit, timeout=s.timeout) as fed:
         say("clients: graphs, local NGMs; server: merge, sample, distil")
         t = time.perf_counter()
         samples = int(s.samples_factor * sum(len(c.train) for c in clients))
