@@ -99,7 +99,9 @@ def partition_cmd(
     groups: Annotated[Optional[str], typer.Option(help='vertical: column groups "a,b;c,d"')] = None,
     label_to: Annotated[Optional[str], typer.Option(help="vertical/hybrid: client id or 'all'")] = None,
     shared: Annotated[Optional[int], typer.Option(help="hybrid: number of shared columns")] = None,
-    overlap: Annotated[Optional[float], typer.Option(help="hybrid: fraction of rows on all clients")] = None,
+    overlap: Annotated[Optional[float], typer.Option(
+        help="hybrid, vertical: fraction of rows on all clients (vertical: default 1, every row; below "
+             "1 the parties' ids differ, see fedpc fit --align)")] = None,
     force: Annotated[bool, typer.Option(help="Replace a non-empty --out folder")] = False,
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
     missing: Missing = None, test_size: TestSize = None,

@@ -37,7 +37,10 @@ def test_bad_input_exits_2_and_writes_nothing(cli, tmp_path):
                           (("--split", "vertical", "--placement", "split", "--out", tmp_path / "m"), "--placement server"),
                           (("--split", "vertical", "--clusters", "100000"), "clusters requested"),
                           (("--split", "vertical", "--glue", "magic"), "unknown glue"),
-                          (("--split", "vertical", "--learner", "ratspn", "--restarts", "0"), "--restarts must be >= 1")):
+                          (("--split", "vertical", "--learner", "ratspn", "--restarts", "0"), "--restarts must be >= 1"),
+                          (("--split", "vertical", "--align", "magic"), "unknown row alignment 'magic'"),
+                          (("--split", "vertical", "--overlap", "0.8"), "privately with align='psi' (--align psi)"),
+                          (("--split", "vertical", "--overlap", "1.5"), "overlap must lie in (0, 1]")):
         code, _, err = cli("fedpc", "fit", "wine", "--clients", "2", *args, "--json", tmp_path / "r.json")
         assert code == 2 and err.startswith("error:") and message in err, err
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "m").exists()
@@ -48,10 +51,11 @@ def test_bad_input_exits_2_and_writes_nothing(cli, tmp_path):
 def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path):
     model, report = tmp_path / "trees", tmp_path / "t.json"
     code, out, err = cli("fedpc", "fit", "breast_cancer", "--split", "vertical", "--clients", "3", "--learner", "tree",
-                         "--label-to", "all", "--out", model, "--json", report)
+                         "--label-to", "all", "--overlap", "0.9", "--align", "psi", "--out", model, "--json", report)
     assert code == 0, err
     r = json.loads(report.read_text())
     assert r["method"] == "FC[DT]" and r["clients_with_trees"] == ["client-0", "client-1", "client-2"]
+    assert r["alignment"]["intersection"] == round(0.9 * r["n_train"]) and r["alignment"]["rounds"] == 4
     assert r["accuracy"] > 0.85 and r["bytes_up"] > 0 and "test_loglik" not in r
     assert (model / "trees.json").is_file() and (model / "trees.npz").is_file()
     code, _, err = cli("fedpc", "evaluate", model, "breast_cancer", "--json", tmp_path / "e.json")

@@ -3,7 +3,9 @@
 - horizontal: same columns, disjoint rows: ``iid``, ``label-skew`` (each client sees only some
   classes, as in the FedPC paper) or ``dirichlet`` (class proportions ~ Dirichlet(alpha)).
 - vertical: same rows (aligned by ``row_id``), disjoint column groups (random or explicit);
-  the label goes to one named client or to all.
+  the label goes to one named client or to all. With ``overlap`` below 1, only that fraction of
+  the rows is held by every client and each other row by one client only, so the parties' id
+  sets differ (as between real institutions; ``fedpgm.federation.psi`` aligns them).
 - hybrid: clients hold disjoint row blocks plus an optional common block of rows seen by all;
   ``shared`` columns are held by every client (so they are held on different rows), every other
   column by exactly one client.
@@ -141,8 +143,12 @@ def write_client_csv(frame: pd.DataFrame, schema: Schema, path: Path) -> None:
 
 
 def load_client_csv(path: str | Path, client_id: str, schema: Schema) -> pd.DataFrame:
-    """Read one client's CSV and encode it with ``schema`` (its columns must be in it)."""
+    """Read one client's CSV and encode it with ``schema`` (its columns must be in it). Without a
+    ``row_id`` column the rows are numbered by position and the index has no name: such a party
+    holds no ids to align rows by (``fedpgm.federation.psi`` refuses it)."""
     raw = read_csv_file(Path(path))
+    if isinstance(raw.index, pd.RangeIndex):
+        raw.index.name = None
     unknown = [c for c in raw.columns if c not in schema]
     if unknown:
         raise FedpgmError(f"client '{client_id}' file {path} has column(s) {unknown} not in the "
@@ -246,10 +252,14 @@ def parse_groups(groups: Sequence[Sequence[str]] | str) -> list[list[str]]:
 
 def vertical(dataset: Dataset, clients: int, seed: int = 0,
              groups: Sequence[Sequence[str]] | str | None = None,
-             label_to: str = "client-0") -> Partition:
-    """All rows, disjoint column groups (random, or ``groups``); the label to ``label_to``
-    (a client id) or to ``"all"``."""
+             label_to: str = "client-0", overlap: float = 1.0) -> Partition:
+    """Disjoint column groups (random, or ``groups``); the label to ``label_to`` (a client id) or
+    to ``"all"``; rows: all of them at every client, or with ``overlap`` < 1 a common block of
+    that fraction plus a block of its own per client (train and test alike)."""
     schema = dataset.schema
+    if not 0.0 < overlap <= 1.0:
+        raise FedpgmError(f"overlap must lie in (0, 1] for a vertical split, got {overlap}; 1 means "
+                          "every client holds every row")
     feats = schema.feature_names
     rng = np.random.default_rng(seed)
     if groups is None:
@@ -261,13 +271,20 @@ def vertical(dataset: Dataset, clients: int, seed: int = 0,
             raise FedpgmError(f"{len(cols)} column groups given for {clients} clients; give one per client")
         check_column_groups(cols, feats, schema)
     label_holders = check_label_to(label_to, clients, schema)
+    if overlap < 1.0:
+        train_blocks = hybrid_blocks(dataset.train.index.to_numpy(), clients, overlap, rng)
+        test_blocks = hybrid_blocks(dataset.test.index.to_numpy(), clients, overlap, rng)
+    else:
+        train_blocks = [dataset.train.index] * clients
+        test_blocks = [dataset.test.index] * clients
     parts = []
     for i, (cid, group) in enumerate(zip(client_ids(clients), cols)):
         names = list(group) + ([schema.label] if i in label_holders else [])
         sub = schema.select(names)
-        parts.append(ClientData(cid, sub, dataset.train[sub.names], dataset.test[sub.names]))
+        parts.append(ClientData(cid, sub, dataset.train.loc[train_blocks[i], sub.names],
+                                dataset.test.loc[test_blocks[i], sub.names]))
     params = {"seed": seed, "columns": "explicit" if groups is not None else "random",
-              "label_to": label_to if schema.label else None}
+              "label_to": label_to if schema.label else None, "overlap": overlap}
     return Partition("vertical", schema, parts, dataset.name, params)
 
 
@@ -346,7 +363,7 @@ def partition(dataset: Dataset, split: str, clients: int, seed: int = 0, **optio
     """Dispatch to ``horizontal``, ``vertical`` or ``hybrid`` with their keyword options."""
     funcs = {"horizontal": horizontal, "vertical": vertical, "hybrid": hybrid}
     allowed = {"horizontal": {"scheme", "alpha", "classes_per_client", "min_rows"},
-               "vertical": {"groups", "label_to"}, "hybrid": {"shared", "overlap", "label_to"}}
+               "vertical": {"groups", "label_to", "overlap"}, "hybrid": {"shared", "overlap", "label_to"}}
     if split not in funcs:
         raise FedpgmError(f"unknown split '{split}'; use one of {SPLITS}")
     extra = sorted(set(options) - allowed[split])
@@ -407,11 +424,14 @@ def load_client_files(paths: Sequence[str | Path], schema: Schema | None = None,
 
 
 def detect_split(parts: list[ClientData]) -> str:
-    """``horizontal`` (same columns), ``vertical`` (same rows, disjoint columns) or ``hybrid``."""
+    """``horizontal`` (same columns), ``vertical`` (each feature column at one client only, or the
+    same rows everywhere; row ids may differ, see ``fedpgm.federation.psi``) or ``hybrid``."""
     cols = [set(c.columns) for c in parts]
-    rows = [set(c.train.index) for c in parts]
     if all(c == cols[0] for c in cols):
         return "horizontal"
-    if all(r == rows[0] for r in rows):
+    label = next((c.schema.label for c in parts if c.schema.label is not None), None)
+    features = [c - {label} for c in cols]
+    if sum(len(c) for c in features) == len(set().union(*features)):
         return "vertical"
-    return "hybrid"
+    rows = [set(c.train.index) for c in parts]
+    return "vertical" if all(r == rows[0] for r in rows) else "hybrid"

@@ -9,8 +9,8 @@ run by a Flower ServerApp and ClientApp across processes or machines.
 - ``client_app`` routes ``query.<name>``/``train.<name>`` to the handler of that name. Each
   SuperNode loads only its own data, from its node config: ``client-id``, ``data`` (its CSV,
   as written by ``fedpgm partition``), ``schema`` (``manifest.json`` or a schema JSON) and
-  ``workdir`` (where its state is kept between messages; Flower starts a new process per
-  message) and optionally ``policy``, the node's own privacy policy as a JSON object
+  ``workdir`` (its state is kept between messages in ``workdir/run-<run id>``, one folder per
+  run, since Flower starts a new process per message) and optionally ``policy``, the node's own privacy policy as a JSON object
   (``fedpgm.data.policy``; defaults apply without it).
 - Payloads travel as an ``ArrayRecord`` holding the fedpgm codec's bytes (a uint8 ``Array``),
   so decoding, dtypes, shapes and byte counts are identical to the in-process backend.
@@ -203,7 +203,7 @@ def node_context(context: Context) -> ClientContext:
     train = load_client_csv(str(nc["data"]), cid, schema)
     test_path = Path(str(nc["data"])).with_suffix(".test.csv")
     test = load_client_csv(test_path, cid, schema) if test_path.is_file() else None
-    workdir = Path(str(nc["workdir"]))
+    workdir = Path(str(nc["workdir"])) / f"run-{context.run_id}"  # state is per run
     entry = next((e for e in doc.get("clients", []) if e.get("id") == cid), {})
     data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}),
                       ClientPolicy.from_node_config(nc))
@@ -232,7 +232,7 @@ def route(msg: FlowerMessage, context: Context) -> FlowerMessage:
 def register_routes(app: ClientApp, handler_paths: list[str]) -> None:
     seen = set()
     for path in handler_paths:
-        for name, (kind, _) in load_handlers(path).handlers.items():
+        for name, kind in load_handlers(path).routes().items():
             if (kind, name) not in seen:
                 seen.add((kind, name))
                 getattr(app, kind)(name)(route)

@@ -20,6 +20,11 @@ state on disk under ``ctx.workdir``); larger models belong in files under ``ctx.
 ``ctx.memo(key, compute)`` keeps values derived from the client's own data (e.g. encoded
 inputs) for later messages of the same process; it is never saved, so a backend that starts a
 fresh context per message (Flower) simply computes them again.
+
+``RUNTIME`` holds the runtime's own handlers, which every algorithm's set answers too (private
+row alignment, ``fedpgm.federation.psi``). Once the parties have agreed on their common rows
+(state ``ALIGNED``: positions into the client's training rows, in the agreed order), every
+handler sees only those rows in that order.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import importlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -42,6 +47,7 @@ from fedpgm.federation.privacy import PrivacyAudit
 
 Handler = Callable[[Message, "ClientContext"], Message]
 JSON_TYPES = (str, int, float, bool, list, dict, type(None))
+ALIGNED = "align/rows"  # state: (rows,) int64 positions of the aligned training rows
 
 
 @dataclass
@@ -70,6 +76,16 @@ class ClientContext:
         if n < self.policy.min_rows:
             raise PolicyRefusal(f"client '{self.client_id}' will not send {what} of {n} rows (its policy's "
                                 f"min_rows is {self.policy.min_rows})")
+
+    @property
+    def unaligned(self) -> ClientData:
+        """The client's data as loaded, before any row alignment."""
+        return self.cache.setdefault("unaligned", self.data)
+
+    def align(self) -> None:
+        """Restrict ``data`` to the aligned rows in the agreed order (state ``ALIGNED``), if any."""
+        base, rows = self.unaligned, self.state.get(ALIGNED)
+        self.data = base if rows is None else replace(base, train=base.train.iloc[np.asarray(rows)])
 
     def memo(self, key: str, compute: Callable[[], object]) -> object:
         """``compute()`` once per ``key`` while this context lives (``key`` must name every input
@@ -114,10 +130,16 @@ class HandlerSet:
         return self.lookup(name)[0]
 
     def lookup(self, name: str) -> tuple[str, Handler]:
-        if name not in self.handlers:
+        """The handler of ``name``: this set's own, else the runtime's (``RUNTIME``)."""
+        found = self.handlers.get(name) or (RUNTIME.handlers.get(name) if self is not RUNTIME else None)
+        if found is None:
             raise FedpgmError(f"unknown message '{name}' for handlers '{self.name}' "
                               f"(known: {sorted(self.handlers)})")
-        return self.handlers[name]
+        return found
+
+    def routes(self) -> dict[str, str]:
+        """Every message name this set answers, with its kind (its own and the runtime's)."""
+        return {name: kind for name, (kind, _) in {**RUNTIME.handlers, **self.handlers}.items()}
 
     def handle(self, request: Message, ctx: ClientContext) -> Message:
         """Run the handler under the client's policy: its family allow-list first; after, the
@@ -125,15 +147,19 @@ class HandlerSet:
         ctx.policy.check_family(self.name, ctx.client_id)
         _, fn = self.lookup(request.name)
         ctx.notes = []
+        ctx.align()
         reply = fn(request, ctx)
         if not isinstance(reply, Message):
             raise FedpgmError(f"handler '{request.name}' returned {type(reply).__name__}, not a Message")
         ctx.check_state()
         if ctx.policy.audit:
-            ctx.memo("privacy-audit", lambda: PrivacyAudit([ctx.data])).check(ctx.client_id, reply)
+            ctx.memo("privacy-audit", lambda: PrivacyAudit([ctx.unaligned])).check(ctx.client_id, reply)
         if ctx.notes:
             reply.config["policy"] = list(ctx.notes)
         return reply
+
+
+RUNTIME = HandlerSet("runtime")
 
 
 def load_handlers(path: str) -> HandlerSet:

@@ -71,7 +71,12 @@ def fit(
     scheme: Annotated[Optional[str], typer.Option(help="horizontal: iid, label-skew, dirichlet")] = None,
     label_to: Annotated[Optional[str], typer.Option(help="vertical/hybrid: client id or 'all'")] = None,
     shared: Annotated[Optional[int], typer.Option(help="hybrid: number of shared columns")] = None,
-    overlap: Annotated[Optional[float], typer.Option(help="hybrid: fraction of rows on all clients")] = None,
+    overlap: Annotated[Optional[float], typer.Option(
+        help="hybrid, vertical: fraction of rows on all clients (vertical: default 1, every row; below "
+             "1 the parties' ids differ, see fedpc fit --align)")] = None,
+    align: Annotated[str, typer.Option(help="none (vertical parties hold the same row ids) or psi (find the "
+                                            "ids all parties hold by private set intersection and fit "
+                                            "on those)")] = "none",
     no_centralized: Annotated[bool, typer.Option(help="Skip the centralized reference")] = False,
     timeout: Timeout = 3600.0,
     min_clients: Annotated[Optional[int], typer.Option(help="horizontal: go on without clients that fail or "
@@ -85,12 +90,14 @@ def fit(
 ) -> None:
     """Partition DATASET, learn a FedPC in one pass, and report it next to centralized LearnSPN."""
     from fedpgm.fedpc.experiment import FitSettings, summary_line, write_json
+    from fedpgm.federation.psi import check_align
 
     if min_instances < 1:
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
     if restarts < 1:
         raise FedpgmError(f"--restarts must be >= 1, got {restarts}")
     check_timeout(timeout)
+    check_align(align)
     if min_clients is not None and not 1 <= min_clients <= clients:
         raise FedpgmError(f"--min-clients must lie in 1..{clients} (--clients), got {min_clients}")
     if placement == "split" and out is not None:
@@ -104,7 +111,8 @@ def fit(
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap),
-                           centralized=not no_centralized, timeout=timeout, min_clients=min_clients)
+                           centralized=not no_centralized, timeout=timeout, min_clients=min_clients,
+                           align=align)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     if learner == "tree":
         from fedpgm.fedpc.experiment import run_fcdt

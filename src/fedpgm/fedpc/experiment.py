@@ -55,11 +55,12 @@ class FitSettings:
     centralized: bool = True
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
     min_clients: int | None = None  # horizontal: go on with this many clients if others fail
+    align: str = "none"  # "psi": private row alignment before the fit (fedpgm.federation.psi)
 
     def fit_args(self) -> dict:
         return {"clusters": self.clusters, "glue_how": self.glue, "products": self.products,
                 "learner": self.learner, "params": self.params, "placement": self.placement,
-                "seed": self.seed, "min_clients": self.min_clients}
+                "seed": self.seed, "min_clients": self.min_clients, "align": self.align}
 
 
 @contextmanager
@@ -158,7 +159,7 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
               "client_seconds": info["client_seconds"], "server_seconds": info["server_seconds"],
               "bytes_up": comm["bytes_up"], "bytes_down": comm["bytes_down"], "messages": comm["messages"],
               "rounds": comm["rounds"], "plan": info["plan"], "n_train": len(ds.train), "n_test": len(ds.test)}
-    for key in ("n_nodes", "n_edges", "n_params", "left_out", "client_policy"):
+    for key in ("n_nodes", "n_edges", "n_params", "left_out", "client_policy", "alignment"):
         if key in info:
             report[key] = info[key]
     if settings.centralized:
@@ -177,7 +178,7 @@ def fcdt_args(settings: FitSettings) -> dict:
     unknown = sorted(set(settings.params) - set(FCDT_PARAMS))
     if unknown:
         raise FedpgmError(f"unknown FC[DT] parameter(s) {unknown}; allowed: {list(FCDT_PARAMS)}")
-    return {"seed": settings.seed, **settings.params}
+    return {"seed": settings.seed, "align": settings.align, **settings.params}
 
 
 def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) -> tuple[TreeCircuit, dict]:
@@ -217,6 +218,8 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
               "min_samples_leaf": model.info["min_samples_leaf"], "bytes_up": comm["bytes_up"],
               "bytes_down": comm["bytes_down"], "messages": comm["messages"], "rounds": comm["rounds"],
               "n_train": len(ds.train), "n_test": len(ds.test)}
+    if "alignment" in model.info:
+        report["alignment"] = model.info["alignment"]
     return model, report
 
 

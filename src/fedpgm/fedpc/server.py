@@ -25,6 +25,7 @@ from fedpgm.circuits.io import from_payload
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
+from fedpgm.federation.psi import align_rows, check_align
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue
 
@@ -81,13 +82,18 @@ def check_alignment(described: dict, spaces) -> None:
     for c, d in digests.items():
         if d != digests[first]:
             raise FedpgmError(f"the row ids of clients '{first}' and '{c}' do not align; a vertical "
-                              "federation needs the same rows (row_id) at every client")
+                              "federation needs the same rows (row_id) at every client: align them "
+                              "privately with align='psi' (--align psi)")
 
 
 def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", products: int | None = None,
               learner: str = "learnspn", params: dict | None = None, placement: str = "server",
-              seed: int = 0, min_clients: int | None = None) -> FedPC:
+              seed: int = 0, min_clients: int | None = None, align: str = "none") -> FedPC:
     """Learn a federated circuit in one pass (Algorithm 1); see the module doc.
+
+    ``align``: "psi" first finds the row ids every party holds by private set intersection and
+    fits on those rows (``fedpgm.federation.psi``; ``info["alignment"]``); "none": the parties'
+    rows must already align in a vertical federation.
 
     ``min_clients``: in a horizontal federation, go on without clients that fail or miss the
     deadline as long as this many answered (they are named in ``info["left_out"]``); None: every
@@ -99,9 +105,12 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
     if placement not in PLACEMENTS:
         raise FedpgmError(f"unknown placement '{placement}'; use server or split")
     params = learner_params(learner, params, seed)
-    wall = time.perf_counter()
     if min_clients is not None and not 1 <= min_clients <= len(fed.clients):
         raise FedpgmError(f"min_clients must lie in 1..{len(fed.clients)} (the clients), got {min_clients}")
+    if check_align(align) == "psi" and min_clients is not None:
+        raise FedpgmError("min_clients and PSI alignment do not mix: aligned rows need every party")
+    alignment = align_rows(fed) if align == "psi" else None
+    wall = time.perf_counter()
     described = fed.broadcast("describe").require(min_clients)
     server_cpu = time.process_time()
     schemas = {c: Schema.from_dict(m.config["schema"]) for c, m in described.items()}
@@ -171,6 +180,8 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
         info["left_out"] = fed.left_out_report()
     if policy:
         info["client_policy"] = policy  # what each client's own privacy policy changed
+    if alignment is not None:
+        info["alignment"] = alignment
     if glue_how == "aligned":
         info["shared_with_server"] = "cluster index of every row, keyed by a salted hash of its row id"
     if circuit is not None:

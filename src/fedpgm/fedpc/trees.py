@@ -51,6 +51,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.model_files import check_file, file_record, read_json
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
+from fedpgm.federation.psi import align_rows, check_align
 from fedpgm.files import atomic_folder
 
 ARRAYS = ("left", "right", "feature", "threshold", "missing_left", "value")
@@ -420,13 +421,15 @@ def plan_root(schemas: dict[str, Schema], combine: str, ensemble: str) -> tuple[
 
 def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: int | None = None,
              seed: int = 0, combine: str = "auto", trees: int | None = None,
-             ensemble: str = "bagging") -> TreeCircuit:
+             ensemble: str = "bagging", align: str = "none") -> TreeCircuit:
     """FC[DT] in one round: every client holding the label fits its expert (``ensemble``
     "bagging": ``trees`` classification trees, default 1, more on bootstrap resamples;
     "boosting": gradient-boosted trees, at most ``trees`` stages, default ``BOOSTING_STAGES``)
     and, under a product root over hybrid clients, a reference expert on the shared columns; the
     server joins them (``combine``: ``plan_root``; bagging with ``min_samples_leaf`` None: 5
-    under a mean root, each client's cross-validated choice under a product root)."""
+    under a mean root, each client's cross-validated choice under a product root); ``align``
+    "psi": private row alignment first (``fedpgm.federation.psi``)."""
+    alignment = align_rows(fed) if check_align(align) == "psi" else None
     t0 = time.perf_counter()
     if combine not in COMBINES:
         raise FedpgmError(f"unknown FC[DT] root '{combine}'; use one of {list(COMBINES)}")
@@ -474,4 +477,6 @@ def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: in
     policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
     if policy:
         info["client_policy"] = policy  # what each client's own privacy policy changed
+    if alignment is not None:
+        info["alignment"] = alignment
     return TreeCircuit(experts, schema, info, combine, references)
