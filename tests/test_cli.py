@@ -118,3 +118,33 @@ def test_bad_deadlines_and_quorums_are_refused_before_any_work(cli, tmp_path, ar
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "--timeout must be > 0 seconds" in err or "--min-clients must lie in 1..2" in err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_out_never_deletes_a_users_folder_and_bad_outputs_fail_before_work(cli, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    afile = tmp_path / "afile.txt"
+    afile.write_text("keep")
+    commands = [("pc", "fit", "wine"),
+                ("fedpc", "fit", "wine", "--split", "vertical", "--clients", "2"),
+                ("ngm", "fit", "wine", "--target", "alcohol"),
+                ("concepts", "fit", "bn:asia", "--clients", "2", "--per-round", "2"),
+                ("run", "examples/cancer.toml"),
+                ("partition", "wine", "--split", "horizontal", "--clients", "2")]
+    for args in commands:
+        code, _, err = cli(*args, "--out", mine)
+        assert code == 2 and "already exists and is not empty; choose a new folder or pass --force" in err, (args, err)
+        code, _, err = cli(*args, "--out", afile)
+        assert code == 2 and "is a file" in err, (args, err)
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"] and afile.read_text() == "keep"
+    for args in commands[:4]:  # an unwritable --json fails before the fit, not after it
+        code, _, err = cli(*args, "--json", afile / "r.json")
+        assert code == 2 and "--json" in err and "cannot write in" in err, (args, err)
+        code, _, err = cli(*args, "--json", mine)
+        assert code == 2 and "is a folder; name a file" in err, (args, err)
+    code, _, err = cli("pc", "fit", "wine", "--min-instances", "40", "--out", mine, "--force",
+                       "--json", tmp_path / "r.json")
+    assert code == 0, err
+    assert sorted(p.name for p in mine.iterdir()) == ["params.safetensors", "structure.json"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left

@@ -12,10 +12,11 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Label, Missing, Mpe, QueryColumns,  # noqa: F401
-                               Rows, SchemaFile, Seed, Target, TestSize, answer_queries, console, load,
-                               print_communication)
+from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe,  # noqa: F401
+                               QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
+                               console, load, prepare_outputs, print_communication)
 from fedpgm.errors import FedpgmError
+from fedpgm.files import write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Federated learning of probabilistic, graphical and interpretable models.")
@@ -58,6 +59,7 @@ def schema(dataset: str, data_dir: DataDir = None, label: Label = None,
            out: Annotated[Optional[Path], typer.Option("--out", help="Write the schema JSON here")] = None,
            seed: Seed = 0) -> None:
     """Show a dataset's schema (inferred for csv:PATH, with the reason for each type)."""
+    prepare_outputs(out=out)
     ds = load(dataset, data_dir, seed, label=label)
     table = Table(title=f"schema of {ds.name}")
     for col in ("column", "type", "categories"):
@@ -109,6 +111,8 @@ def partition_cmd(
     """Split a dataset across K clients; write one CSV per client and a JSON manifest."""
     from fedpgm.data import partition
 
+    prepare_outputs(out, force)
+
     options = {k: v for k, v in dict(scheme=scheme, alpha=alpha, classes_per_client=classes_per_client,
                                        groups=groups, label_to=label_to, shared=shared,
                                        overlap=overlap).items() if v is not None}
@@ -131,11 +135,11 @@ def federation_moments(
 ) -> None:
     """Federated mean/covariance over client CSVs written by `fedpgm partition` (the
     runtime's reference algorithm), on either backend, with its communication cost."""
-    import json
-
     from fedpgm.data import read_partition
     from fedpgm.federation import InProcessFederation
     from fedpgm.federation.reference import federated_moments
+
+    prepare_outputs(json=json_out)
 
     handlers = "fedpgm.federation.reference:HANDLERS"
     if backend == "inprocess":
@@ -157,7 +161,7 @@ def federation_moments(
         console.print(f"[yellow]left out {client}:[/] {why}")
     print_communication(result["communication"])
     if json_out is not None:
-        json_out.write_text(json.dumps(result, indent=1) + "\n")
+        write_json(result, json_out)
 
 
 pc_app = typer.Typer(no_args_is_help=True, help="Probabilistic circuits: learn, save, query.")
@@ -177,11 +181,11 @@ def pc_fit(
     seed: Seed = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the model (safetensors + JSON) here")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the fit report JSON here")] = None,
+    force: Force = False,
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
     missing: Missing = None, test_size: TestSize = None,
 ) -> None:
     """Learn a circuit on DATASET's train split; report the mean test log-likelihood (nats)."""
-    import json
     import time
 
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -192,6 +196,7 @@ def pc_fit(
         raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
     if min_instances < 1:
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
+    outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "seed": seed}
               if learner == "learnspn" else
@@ -211,10 +216,11 @@ def pc_fit(
               "n_nodes": stats["n_nodes"], "n_edges": stats["n_edges"], "n_params": stats["n_params"]}
     if ds.valid is not None:
         report["valid_loglik"] = model.score(ds.valid)
-    if out is not None:
-        model.save(out)
-    if json_out is not None:
-        json_out.write_text(json.dumps(report, indent=1) + "\n")
+    with outputs:
+        if out is not None:
+            model.save(out)
+        if json_out is not None:
+            write_json(report, json_out)
     console.print(f"{ds.name}: {learner} in {seconds:.2f} s, {stats['n_nodes']} nodes, "
                   f"{stats['n_edges']} edges; test log-likelihood {report['test_loglik']:.4f} nats/row")
 
@@ -251,10 +257,8 @@ def report_losses(result: dict, bits: bool) -> None:
 
 
 def write_outputs(payload, json_out: Path | None) -> None:
-    import json
-
     if json_out is not None:
-        json_out.write_text(json.dumps(payload, indent=1) + "\n")
+        write_json(payload, json_out)
         console.print(f"wrote {json_out}")
 
 
@@ -283,6 +287,7 @@ def dec_example_a(
     from fedpgm.decentralization import examples as ex
     from fedpgm.decentralization.bruteforce import conditional_mutual_informations
 
+    prepare_outputs(json=json_out, plot=plot)
     if curve:
         report_curve(ex.example_a_curve(n), "mi_bits", "I(X1; X2) (bits)",
                      f"Example A, N = {n}, no privacy", bits, plot, json_out)
@@ -307,6 +312,7 @@ def dec_example_b(
     from fedpgm.decentralization import examples as ex
     from fedpgm.decentralization.bruteforce import conditional_mutual_informations
 
+    prepare_outputs(json=json_out, plot=plot)
     if curve:
         report_curve(ex.example_b_curve(r, n), "eps_bits", "privacy budget eps (bits)",
                      f"Example B, r = {r}, N = {n}", bits, plot, json_out)
@@ -334,6 +340,9 @@ def dec_estimate(
 
     if clients < 1:
         raise FedpgmError(f"--clients must be >= 1, got {clients}")
+    if rounds < 1:
+        raise FedpgmError(f"--rounds must be >= 1 (bootstrap resamples), got {rounds}")
+    prepare_outputs(json=json_out)
     with console.status(f"learning circuits on {dataset} ..."):
         result = estimate(dataset, clients, seed, min_instances, threshold, rounds=rounds, data_dir=data_dir)
     lo, hi = result["CL/CI"]["ci95"]
@@ -352,6 +361,7 @@ def dec_estimate(
 def run_config(
     config: Annotated[Path, typer.Argument(help="A TOML experiment file (see fedpgm.fedpc.config_run)")],
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: [experiment] out)")] = None,
+    force: Force = False,
 ) -> None:
     """Run the experiment a TOML file describes: FC[PC]/FC[DT] runs and baselines on one dataset,
     with a summary table, report.json and summary.png."""
@@ -363,6 +373,7 @@ def run_config(
     folder = out or spec["experiment"].get("out")
     if folder is None:
         raise FedpgmError("say where to write the results: --out DIR or [experiment] out = \"DIR\"")
+    outputs = prepare_outputs(Path(folder), force)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
         task = bar.add_task("loading", total=None)
@@ -375,7 +386,8 @@ def run_config(
         table.add_row(name, *[("-" if r.get(c) is None else f"{r[c]:,}" if c == "bytes" else f"{r[c]:.3f}")
                               for c in COLUMNS])
     console.print(table)
-    write_outputs(report, folder)
+    with outputs:
+        write_outputs(report, folder)
     console.print(f"wrote {folder}/report.json and summary.png")
 
 

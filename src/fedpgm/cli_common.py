@@ -35,6 +35,19 @@ Mpe = Annotated[bool, typer.Option(help="complete the unobserved cells by max-pr
 Timeout = Annotated[float, typer.Option("--timeout", help="Seconds each exchange with the clients may take; a "
                                         "client that overruns is reported by name")]
 AnswersOut = Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here (default stdout)")]
+Force = Annotated[bool, typer.Option("--force", help="Replace a non-empty --out folder")]
+
+
+def prepare_outputs(folder: Path | None = None, force: bool = False, **files: Path | None):
+    """Check every output path before any work (``folder``: the ``--out`` folder; ``files``: by
+    option name, e.g. ``json=...``, ``plot=...``) and return the context in which the folder may
+    be replaced (``--force``); without it an existing non-empty folder is refused."""
+    from fedpgm.files import check_output_file, check_output_folder, replacing
+
+    check_output_folder(folder, force)
+    for option, path in files.items():
+        check_output_file(path, f"--{option}")
+    return replacing(folder if force else None)
 
 
 def check_timeout(timeout: float) -> float:

@@ -1,6 +1,7 @@
-"""TLS and SuperNode authentication on a real loopback deployment: a FedPC fit over TLS with
-registered node keys equals the in-process fit; an unregistered key and a plain-text SuperNode
-are refused."""
+"""Three institutions on a real loopback deployment with TLS and SuperNode authentication: a
+vertical FedPC fit over parties whose row ids differ, aligned by PSI, equals the in-process fit;
+an unregistered key and a plain-text SuperNode are refused. docs/runtime.md's walk-through is
+these commands."""
 
 import signal
 import subprocess
@@ -16,14 +17,15 @@ from fedpgm.fedpc.experiment import HANDLERS, FitSettings, run_fedpc
 
 
 @pytest.mark.slow
-def test_fedpc_over_tls_with_node_auth_and_intruders_refused(tmp_path):
+def test_fedpc_over_tls_with_node_auth_psi_and_intruders_refused(tmp_path):
     ds = load_dataset("breast_cancer", seed=0)
-    part = partition(ds, "horizontal", 2, seed=0)
+    settings = FitSettings(split="vertical", clients=3, seed=0, centralized=False, glue="combinatorial",
+                           partition={"overlap": 0.8}, align="psi", params={"min_instances_slice": 50})
+    part = partition(ds, "vertical", 3, seed=0, overlap=0.8)
     part.write(tmp_path / "parts")
     pki = write_pki(tmp_path / "pki", [c.client_id for c in part.clients])
     write_node_keys(pki.folder, "intruder")  # a key pair nobody registered
     np.savez(tmp_path / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
-    settings = FitSettings(split="horizontal", clients=2, seed=0, centralized=False)
     args = {"fit": settings.fit_args(), "test": str(tmp_path / "test.npz"), "columns": ds.schema.names,
             "target": ds.schema.label, "out": None, "method": "fedpc"}
     with LoopbackDeployment(tmp_path / "parts", workdir=tmp_path / "dep", pki=pki) as dep:
@@ -45,12 +47,13 @@ def test_fedpc_over_tls_with_node_auth_and_intruders_refused(tmp_path):
             assert "Connection attempt failed" in (tmp_path / "plain.log").read_text(errors="replace")
             listed = subprocess.run([flwr_tool("flwr"), "supernode", "list", "loopback", "--format", "json"],
                                     env=dep.env, cwd=dep.workdir, capture_output=True, text=True, timeout=60).stdout
-            assert listed.count('"online"') == 2, listed  # the two registered clients only
+            assert listed.count('"online"') == 3, listed  # the three registered clients only
         finally:
             for p in (intruder, plaintext):
                 kill_group(p, signal.SIGKILL)
                 p.wait(10)
     _, local = run_fedpc(ds, settings)
+    assert remote["info"]["alignment"]["intersection"] == local["alignment"]["intersection"] == 364
     assert np.mean(remote["test_ll"]) == pytest.approx(local["test_loglik"], rel=1e-10)
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fedpgm.cli_common import Seed, Timeout, check_timeout, console
+from fedpgm.cli_common import Force, Seed, Timeout, check_timeout, console, prepare_outputs
 from fedpgm.errors import FedpgmError
 
 concepts_app = typer.Typer(no_args_is_help=True, help="Federated concept-based models (F-CMs): concept sets "
@@ -48,12 +47,14 @@ def fit(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Folder for convergence and intervention plots")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the model here")] = None,
+    force: Force = False,
 ) -> None:
     """Train a concept model on DATASET under a regime and report accuracy, coverage and bytes."""
     from fedpgm.concepts.experiment import FCMSettings, run_fcm
     from fedpgm.concepts.federation import RoundSettings
     from fedpgm.concepts.models import save_model
     from fedpgm.concepts.train import TrainSettings
+    from fedpgm.files import check_output_folder, write_json
 
     network = network_of(dataset)
     join = join_round if join_round is not None else (10 if network in ("asia", "sachs") else 20)
@@ -63,18 +64,21 @@ def fit(
                            rounds=RoundSettings(kind=model, regime=regime, rounds=rounds, per_round=per_round,
                                                 join_round=join, seed=seed, dp_epsilon=dp_epsilon,
                                                 dp_scope=dp_scope, train=TrainSettings(lr=lr)))
+    outputs = prepare_outputs(out, force, json=json_out)
+    check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         job = bar.add_task(f"{model} {regime} on {network}", total=rounds)
         fitted, report = run_fcm(settings, progress=lambda r, loss: bar.update(
             job, completed=r, description=f"{model} {regime} on {network}: val task loss {loss:.3f}"))
-    if json_out is not None:
-        json_out.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    with outputs:
+        if out is not None:
+            save_model(fitted, out, {"network": network, "task": report["task"], "seed": seed,
+                                     "rows": rows, "regime": regime})
+        if json_out is not None:
+            write_json(report, json_out)
     if plot is not None:
         write_plots(report, plot)
-    if out is not None:
-        save_model(fitted, out, {"network": network, "task": report["task"], "seed": seed,
-                                 "rows": rows, "regime": regime})
     console.print(f"{model} {regime} on {network}: task accuracy {report['task_accuracy']:.3f}, concept "
                   f"accuracy {report['concept_accuracy']:.3f}, coverage {report['coverage']:.2f}, "
                   f"{report['rounds']} rounds, {report['bytes_up']:,} bytes up"
@@ -127,7 +131,9 @@ def intervene(
     from fedpgm.concepts.data import make_concept_data
     from fedpgm.concepts.experiment import test_metrics
     from fedpgm.concepts.models import load_model
+    from fedpgm.files import write_json
 
+    prepare_outputs(json=json_out)
     model, meta = load_model(model_dir)
     d = make_concept_data(meta["network"], meta["task"], meta.get("rows"), int(meta.get("seed", 0)))
     result = test_metrics(model, d)
@@ -135,4 +141,4 @@ def intervene(
         console.print(f"depth <= {lv['depth']}: task accuracy {lv['task_accuracy']:.3f}, "
                       f"label accuracy {lv['label_accuracy']:.3f}")
     if json_out is not None:
-        json_out.write_text(json.dumps(result, indent=1) + "\n")
+        write_json(result, json_out)

@@ -30,7 +30,7 @@ from fedpgm.data.loaders import read_csv_file
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import ROW_ID, Schema, infer_schema
 from fedpgm.errors import FedpgmError
-from fedpgm.files import atomic_folder
+from fedpgm.files import atomic_folder, check_output_folder, replacing
 
 MANIFEST = "manifest.json"
 FORMAT = "fedpgm-partition/1"
@@ -119,9 +119,8 @@ class Partition:
         the end, so a failure leaves nothing half-written.
         """
         out = Path(out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-            raise FedpgmError(f"{out} already exists and is not empty; choose a new --out or pass --force")
-        with atomic_folder(out) as tmp:
+        check_output_folder(out, overwrite)
+        with replacing(out if overwrite else None), atomic_folder(out) as tmp:
             files = {}
             for c in self.clients:
                 files[c.client_id] = {"train_file": f"{c.client_id}.csv"}

@@ -249,7 +249,9 @@ class Schema:
         return Schema(tuple(Feature.from_dict(x) for x in d["features"]), d.get("label"))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        from fedpgm.files import write_text_atomic
+
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @staticmethod
     def load(path: str | Path) -> "Schema":

@@ -41,6 +41,7 @@ from fedpgm.data.partition import ClientData, load_client_csv  # noqa: E402
 from fedpgm.data.policy import ClientPolicy  # noqa: E402
 from fedpgm.data.schema import Schema  # noqa: E402
 from fedpgm.errors import FedpgmError  # noqa: E402
+from fedpgm.files import write_text_atomic  # noqa: E402
 from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation, Outcome,  # noqa: E402
                                     Payload)
 from fedpgm.federation.handlers import (ClientContext, HandlerSet, load_handlers,  # noqa: E402
@@ -166,9 +167,7 @@ def run_procedure(federation: Federation, procedure: str, args: dict) -> dict:
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(json.dumps(payload, indent=1, default=str))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(payload, indent=1, default=str))
 
 
 server_app = ServerApp()

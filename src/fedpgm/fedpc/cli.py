@@ -10,9 +10,9 @@ from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Label, Missing, Mpe, QueryColumns, Rows,
+from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe, QueryColumns, Rows,
                                SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
-                               console, load, print_communication)
+                               console, load, prepare_outputs, print_communication)
 from fedpgm.errors import FedpgmError
 
 fedpc_app = typer.Typer(no_args_is_help=True, help="Federated probabilistic circuits (FedPC): one-pass "
@@ -85,12 +85,14 @@ def fit(
     seed: Seed = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the model here")] = None,
     json_out: JsonOut = None,
+    force: Force = False,
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
     missing: Missing = None, test_size: TestSize = None,
 ) -> None:
     """Partition DATASET, learn a FedPC in one pass, and report it next to centralized LearnSPN."""
-    from fedpgm.fedpc.experiment import FitSettings, summary_line, write_json
+    from fedpgm.fedpc.experiment import FitSettings, summary_line
     from fedpgm.federation.psi import check_align
+    from fedpgm.files import write_json
 
     if min_instances < 1:
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
@@ -113,11 +115,13 @@ def fit(
                            partition=partition_options(scheme, label_to, shared, overlap),
                            centralized=not no_centralized, timeout=timeout, min_clients=min_clients,
                            align=align)
+    outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     if learner == "tree":
         from fedpgm.fedpc.experiment import run_fcdt
 
-        _, report = run_fcdt(ds, settings, out)
+        with outputs:
+            _, report = run_fcdt(ds, settings, out)
         console.print(summary_line(report) + f"; {report['combine']} root over the {report['ensemble']} "
                                              f"experts of {report['clients_with_trees']}")
         if report["single_class_clients"]:
@@ -128,7 +132,8 @@ def fit(
         if json_out is not None:
             write_json(report, json_out)
         return
-    _, report = run_with_progress(ds, settings, out)
+    with outputs:
+        _, report = run_with_progress(ds, settings, out)
     console.print(summary_line(report))
     console.print(f"plan: {report['plan']}; critical path {report['critical_path_seconds']:.3f} s"
                   + (f" vs centralized {report['centralized_train_seconds']:.3f} s"
@@ -160,7 +165,10 @@ def evaluate(
 ) -> None:
     """Test log-likelihood (and accuracy/F1 with a label) of a saved FedPC, or accuracy/F1 of a
     saved FC[DT], on DATASET's test split."""
-    from fedpgm.fedpc.experiment import classification, evaluate as scores, write_json
+    from fedpgm.fedpc.experiment import classification, evaluate as scores
+    from fedpgm.files import write_json
+
+    prepare_outputs(json=json_out)
     from fedpgm.fedpc.trees import TreeCircuit
 
     model = load_saved(model_dir)

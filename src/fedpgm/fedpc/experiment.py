@@ -13,7 +13,6 @@ timed by their process CPU time, so a shared or busy machine does not skew the r
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -235,10 +234,12 @@ def fit_flower(part, ds: Dataset, settings: FitSettings, out, method: str = "fed
         np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
         fit = fcdt_args(settings) if method == "fcdt" else settings.fit_args()
         args = {"fit": fit, "test": str(tmp / "test.npz"), "columns": ds.schema.names, "target": ds.schema.label,
-                "out": None if out is None else str(Path(out).resolve()), "method": method}
+                "out": None if out is None else str(tmp / "model"), "method": method}
         with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower") as dep:
             result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args,
                              timeout=max(1800.0, 4 * settings.timeout), exchange_timeout=settings.timeout)
+        if out is not None:  # saved here, where the caller may have allowed replacing ``out``
+            (TreeCircuit if method == "fcdt" else FedPC).load(tmp / "model").save(out)
     ll = np.asarray(result["test_ll"]) if "test_ll" in result else None
     proba = np.asarray(result["proba"]) if "proba" in result else None
     return result["info"], ll, proba
@@ -260,5 +261,3 @@ def summary_line(report: dict) -> str:
     return ", ".join(parts)
 
 
-def write_json(report: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(report, indent=1, default=float) + "\n")

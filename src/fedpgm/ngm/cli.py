@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from fedpgm.cli_common import DataDir, Seed, Timeout, check_timeout, console, write_table
+from fedpgm.cli_common import (DataDir, Force, Seed, Timeout, check_timeout, console, prepare_outputs,
+                               write_table)
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 
@@ -47,10 +48,12 @@ def fit(
     json_out: JsonOut = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Folder for the graph plots (PNG)")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the global NGM here")] = None,
+    force: Force = False,
 ) -> None:
     """Run FedNGM on DATASET (e.g. adult): client graphs and NGMs, merged graph, global NGM from
     samples, stitching; every model on every client's test set and on public-test."""
-    from fedpgm.ngm.experiment import ADULT_DEFAULTS, ExperimentSettings, run_ngm, write_json
+    from fedpgm.files import check_output_folder, write_json
+    from fedpgm.ngm.experiment import ADULT_DEFAULTS, ExperimentSettings, run_ngm
     from fedpgm.ngm.model import NGMSettings
 
     defaults = ADULT_DEFAULTS if dataset == "adult" else {"skew": [], "withhold": [], "targets": []}
@@ -65,7 +68,9 @@ def fit(
         seed=seed, data_dir=str(data_dir) if data_dir else None, timeout=check_timeout(timeout))
     if not settings.targets:
         raise FedpgmError(f"name at least one --target for {dataset}")
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+    outputs = prepare_outputs(out, force, json=json_out)
+    check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
+    with outputs, Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
         task = bar.add_task(f"FedNGM on {dataset}, {clients} clients", total=None)
         model, report = run_ngm(settings, out, plot,
@@ -191,6 +196,7 @@ def stitch(
     out: Annotated[Path, typer.Option("--out", help="Folder for the stitched NGM")],
     sparsity: Annotated[float, typer.Option(help="Client graph: fraction of pairs kept")] = 0.25,
     epochs: Annotated[Optional[int], typer.Option(help="Most training epochs")] = None,
+    force: Force = False,
 ) -> None:
     """Widen a global NGM for a client's extra features and train only the new blocks on its rows."""
     from dataclasses import asdict
@@ -201,6 +207,7 @@ def stitch(
     from fedpgm.ngm.model import NGM, NGMSettings
     from fedpgm.ngm.stitch import stitch as stitch_model
 
+    outputs = prepare_outputs(out, force)
     model = NGM.load(model_dir)
     raw = read_csv_file(data)
     extra_names = [c for c in raw.columns if c not in model.schema]
@@ -210,6 +217,7 @@ def stitch(
     settings = model.settings if epochs is None else NGMSettings.from_dict({**asdict(model.settings),
                                                                           "epochs": epochs})
     stitched = stitch_model(model, frame, schema, glasso_graph(frame, schema, sparsity), settings)
-    stitched.save(out)
+    with outputs:
+        stitched.save(out)
     console.print(f"stitched NGM with extra feature(s) {extra_names} saved to {out}")
 

@@ -16,7 +16,6 @@ public-test for the targets, with the paper's comparisons and wall times.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -243,8 +242,6 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     return result.global_model, report
 
 
-def write_json(report: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(report, indent=1, default=float) + "\n")
 
 
 def flower_procedure(fed, settings: dict, out: str | None = None) -> dict:
