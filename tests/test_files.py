@@ -10,7 +10,7 @@ def test_atomic_folder_refuses_a_non_empty_folder_and_keeps_it(tmp_path):
     out = tmp_path / "models"
     out.mkdir()
     (out / "thesis.tex").write_text("years of work")
-    with pytest.raises(FedpgmError, match="already exists and is not empty.*--force"):
+    with pytest.raises(FedpgmError, match=r"already exists and holds \['thesis.tex'\], which this save would delete.*--force"):
         with atomic_folder(out) as tmp:
             (tmp / "model.json").write_text("{}")
     assert (out / "thesis.tex").read_text() == "years of work"
@@ -26,9 +26,12 @@ def test_atomic_folder_replaces_only_when_allowed(tmp_path):
             (tmp / "new.json").write_text("new")
     assert sorted(p.name for p in out.iterdir()) == ["new.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
-    with pytest.raises(FedpgmError, match="not empty"):  # the permission ended with the block
-        with atomic_folder(out):
-            pass
+    with pytest.raises(FedpgmError, match="holds"):  # the permission ended with the block
+        with atomic_folder(out) as tmp:
+            (tmp / "other.json").write_text("x")
+    with atomic_folder(out) as tmp:  # a save of the same files replaces its earlier self
+        (tmp / "new.json").write_text("newer")
+    assert (out / "new.json").read_text() == "newer"
 
 
 def test_empty_or_new_folders_are_written_and_a_failure_leaves_the_old_one(tmp_path):

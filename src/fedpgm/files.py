@@ -1,9 +1,11 @@
 """Writing output folders and files so that a failure never leaves anything half-written, and
 nothing a user owns is deleted without being asked.
 
-``atomic_folder`` replaces an existing non-empty folder only inside ``replacing(folder)`` (the
-CLI's ``--force``); ``check_output_folder`` and ``check_output_file`` run before any work, so a
-bad output path fails in a second instead of after a fit.
+``atomic_folder`` replaces an existing folder only when it holds nothing but files of the kind
+being written (a model saved again), or inside ``replacing(folder)`` (the CLI's ``--force``).
+The CLI is stricter: ``check_output_folder`` refuses any non-empty ``--out`` without ``--force``,
+and it and ``check_output_file`` run before any work, so a bad output path fails in a second
+instead of after a fit.
 """
 
 from __future__ import annotations
@@ -86,24 +88,31 @@ def write_json(report: dict, path: str | Path) -> None:
     write_text_atomic(path, json.dumps(report, indent=1, default=float) + "\n")
 
 
+def names(folder: Path) -> list[str]:
+    """Every file under ``folder``, as paths relative to it."""
+    return [str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir()]
+
+
 @contextmanager
 def atomic_folder(out: str | Path) -> Iterator[Path]:
     """Yield a temporary folder beside ``out``; on success it takes the place of ``out`` in one
-    rename. An existing non-empty ``out`` is replaced only inside ``replacing(out)``, and refused
-    before anything is written otherwise; a file named ``out`` is always refused.
+    rename. An existing ``out`` holding a file the new folder does not (something this writer
+    did not write) is replaced only inside ``replacing(out)``; a file named ``out`` is refused.
 
     On an exception the temporary folder is removed and ``out`` is left as it was.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise FedpgmError(f"{out} is a file; save into a folder (new or empty)")
-    if out.is_dir() and any(out.iterdir()) and out.resolve() not in _REPLACEABLE.get():
-        raise FedpgmError(f"{out} already exists and is not empty; choose a new folder, or replace it "
-                          "with --force (Python: inside fedpgm.files.replacing(folder))")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
         yield tmp
+        foreign = sorted(set(names(out)) - set(names(tmp))) if out.is_dir() else []
+        if foreign and out.resolve() not in _REPLACEABLE.get():
+            raise FedpgmError(f"{out} already exists and holds {foreign[:3]}{' ...' if len(foreign) > 3 else ''}, "
+                              "which this save would delete; choose a new folder, or replace it with "
+                              "--force (Python: inside fedpgm.files.replacing(folder))")
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
             os.replace(out, old / out.name)
