@@ -1,19 +1,28 @@
+from dataclasses import replace
+
 import pytest
 
 from fedpgm.concepts.data import make_concept_data
 from fedpgm.concepts.experiment import FCMSettings, run_fcm
 from fedpgm.concepts.federation import RoundSettings
 from fedpgm.concepts.train import TrainSettings
+from fedpgm.errors import FedpgmError
 
 
 @pytest.mark.slow
-def test_fcm_on_flower_matches_in_process():
+def test_fcm_on_flower_with_secure_aggregation_matches_in_process():
+    """Module averages by SecAgg+ on Flower: the server sees only sums, and the model equals the
+    in-process one (plain averages) to SecAgg+'s quantization."""
     data = make_concept_data("asia", rows=2000, seed=0)
     rounds = RoundSettings(kind="cgm", regime="fcm", rounds=4, per_round=2, join_round=2, patience=4, hidden=8,
                            emb=4, train=TrainSettings(epochs=1, batch_size=256))
     _, local = run_fcm(FCMSettings(network="asia", clients=4, rounds=rounds), data=data)
-    _, remote = run_fcm(FCMSettings(network="asia", clients=4, rounds=rounds, backend="flower"), data=data)
-    assert remote["backend"] == "flower"
+    secure = replace(rounds, secure_aggregation=True)
+    with pytest.raises(FedpgmError, match="runs on the Flower backend only"):
+        run_fcm(FCMSettings(network="asia", clients=4, rounds=secure), data=data)
+    _, remote = run_fcm(FCMSettings(network="asia", clients=4, rounds=secure, backend="flower"), data=data)
+    assert remote["backend"] == "flower" and remote["secure_aggregation"]
+    assert remote["bytes_by_message"]["train/secagg"] > 0 and "train" not in remote["bytes_by_message"]
     assert len(remote["connected_at_start"]) == 2  # the 2 late clients' SuperNodes connected at the join
     assert remote["joins"][0]["added"] == local["joins"][0]["added"]  # the late joiners grew the model
     assert remote["rounds"] == local["rounds"] and remote["coverage"] == local["coverage"]

@@ -35,14 +35,3 @@ def test_fcdt_on_flower_gives_the_in_process_model(tmp_path):
     a, b = TreeCircuit.load(tmp_path / "local"), TreeCircuit.load(tmp_path / "flower")
     np.testing.assert_array_equal(a.predict_proba(ds.test), b.predict_proba(ds.test))
 
-
-@pytest.mark.slow
-def test_psi_alignment_on_flower_gives_the_in_process_model(tmp_path):
-    ds = load_dataset("breast_cancer", seed=0)
-    settings = dict(split="vertical", clients=2, seed=0, centralized=False, glue="combinatorial",
-                    partition={"overlap": 0.8}, align="psi", params={"min_instances_slice": 50})
-    _, local = run_fedpc(ds, FitSettings(backend="inprocess", **settings))
-    _, remote = run_fedpc(ds, FitSettings(backend="flower", **settings))
-    assert remote["alignment"]["intersection"] == local["alignment"]["intersection"] == 364
-    assert remote["alignment"]["bytes"] == local["alignment"]["bytes"]
-    assert remote["test_loglik"] == pytest.approx(local["test_loglik"], rel=1e-12)

@@ -42,6 +42,8 @@ def fit(
                                                "or each 'update' it sends (the paper's setting)")] = "training",
     lr: Annotated[float, typer.Option(help="Adam's learning rate for every local update (the paper tunes it "
                                            "on validation data; DP's few noisy steps favour ~1e-2)")] = 1e-3,
+    secure_aggregation: Annotated[bool, typer.Option(help="Module averages by Flower's SecAgg+: the server "
+                                                          "sees only sums (--backend flower)")] = False,
     timeout: Timeout = 3600.0,
     seed: Seed = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")] = None,
@@ -63,7 +65,8 @@ def fit(
                            timeout=check_timeout(timeout),
                            rounds=RoundSettings(kind=model, regime=regime, rounds=rounds, per_round=per_round,
                                                 join_round=join, seed=seed, dp_epsilon=dp_epsilon,
-                                                dp_scope=dp_scope, train=TrainSettings(lr=lr)))
+                                                dp_scope=dp_scope, train=TrainSettings(lr=lr),
+                                                secure_aggregation=secure_aggregation))
     outputs = prepare_outputs(out, force, json=json_out)
     check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

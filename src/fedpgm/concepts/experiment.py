@@ -105,6 +105,11 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
         raise FedpgmError(f"--lr {r.train.lr}: the learning rate must be positive (e.g. 1e-3)")
     if r.per_round > s.clients:
         raise FedpgmError(f"--per-round {r.per_round} exceeds --clients {s.clients}; lower it")
+    if r.secure_aggregation and s.backend != "flower":
+        raise FedpgmError("--secure-aggregation runs on the Flower backend only (SecAgg+ needs separate "
+                          "parties holding their own keys); add --backend flower")
+    if r.secure_aggregation and r.per_round < 2:
+        raise FedpgmError("--secure-aggregation needs at least 2 clients per round (3 to survive a dropout)")
     t0 = time.perf_counter()
     d = data or make_concept_data(s.network, s.task, s.rows, r.seed)
     clients, initial, late = make_clients(d, s)
@@ -124,7 +129,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
                 out = run_rounds(fed, initial, late, d.cards, d.task, d.x.shape[1], val, r, progress)
                 out["ledger"] = fed.ledger.totals()
             report["privacy_audit_messages"] = audit.checked
-        report.update(backend=s.backend, bytes_up=out["ledger"]["bytes_up"], bytes_down=out["ledger"]["bytes_down"])
+        report.update(backend=s.backend, bytes_up=out["ledger"]["bytes_up"], bytes_down=out["ledger"]["bytes_down"],
+                      bytes_by_message=out["ledger"]["bytes_by_message"], secure_aggregation=r.secure_aggregation)
         if "connected_at_start" in out:  # Flower: who was connected before the join round
             report["connected_at_start"] = out["connected_at_start"]
         model = out["model"]

@@ -27,7 +27,8 @@ import torch
 from fedpgm.concepts.graphs import aggregate, from_edge_list
 from fedpgm.concepts.models import ConceptModel, arrays, load_arrays
 from fedpgm.concepts.privacy import ClientDP, DPSettings
-from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
+from fedpgm.concepts.train import (TrainSettings, average, local_train, secure_average, secure_update,
+                                   task_loss)
 from fedpgm.early_stopping import EarlyStopping
 from fedpgm.data.policy import PolicyRefusal
 from fedpgm.errors import FedpgmError
@@ -86,6 +87,8 @@ def train(request: Message, ctx: ClientContext) -> Message:
         ctx.state["dp_history"] = dp.history
         reply["epsilon"] = dp.epsilon()
         reply["epsilon_update"] = dp.update_epsilon(settings.epochs * dp.steps_per_epoch)
+    if "secure" in cfg:  # a share of a secure sum: the server sees only the sum over clients
+        return Message("train", secure_update(model, units, float(cfg["secure"]["fraction"])), reply)
     return Message("train", arrays(model, units), reply)
 
 
@@ -105,6 +108,7 @@ class RoundSettings:
     dp_delta: float = 1e-5
     dp_scope: str = "training"  # calibrate the noise to the whole training or to each update (privacy.py)
     min_clients: int | None = None  # a round goes on with this many of its chosen clients (None: all)
+    secure_aggregation: bool = False  # module averages by SecAgg+ (Flower backend; fedpgm.federation.secagg)
 
 
 def changed_fraction(before: dict[str, torch.Tensor], model: ConceptModel) -> float:
@@ -157,17 +161,21 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
         if s.dp_epsilon is not None:
             epochs = s.train.epochs if s.dp_scope == "update" else s.rounds * s.train.epochs
             cfg["dp"] = asdict(DPSettings(s.dp_epsilon, epochs, s.dp_delta))
-        replies = fed.broadcast("train", arrays(model), cfg, clients=chosen).require(
-            None if s.min_clients is None else min(s.min_clients, len(chosen)))
-        update = average([(dict(m.arrays), m.config["units"], m.config["n_rows"]) for m in replies.values()],
-                         model.module_names())
+        quorum = None if s.min_clients is None else min(s.min_clients, len(chosen))
+        if s.secure_aggregation:
+            update, replies = secure_round(fed, model, cfg, chosen, {c: info[c]["n_rows"] for c in chosen}, quorum)
+        else:
+            answered = fed.broadcast("train", arrays(model), cfg, clients=chosen).require(quorum)
+            replies = {c: m.config for c, m in answered.items()}
+            update = average([(dict(m.arrays), m.config["units"], m.config["n_rows"]) for m in answered.values()],
+                             model.module_names())
         load_arrays(model, update)
         loss = task_loss(model, *val)
         history.append({"round": r, "val_task_loss": loss, "clients": sorted(replies)})
-        for c, m in replies.items():
-            if "epsilon" in m.config:
-                spent[c] = m.config["epsilon"]
-                per_update[c] = max(per_update.get(c, 0.0), m.config["epsilon_update"])
+        for c, config in replies.items():
+            if "epsilon" in config:
+                spent[c] = config["epsilon"]
+                per_update[c] = max(per_update.get(c, 0.0), config["epsilon_update"])
         if progress is not None:
             progress(r, loss)
         if (r >= s.join_round or not late) and stop.update(loss):
@@ -176,6 +184,23 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
     return {"model": model, "history": history, "joins": joins, "graph": agg.graph,
             "removed_edges": agg.removed, "epsilon_spent": spent, "epsilon_per_update": per_update,
             "left_out": fed.left_out_report()}
+
+
+def secure_round(fed, model: ConceptModel, cfg: dict, chosen: list[str], rows: dict[str, int],
+                 quorum: int | None) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    """One round whose module averages the server learns by SecAgg+ only: each client adds its
+    parameters times its share of the round's rows (``secure_update``); the update, and each
+    survivor's reply config."""
+    total = sum(rows.values())
+    names = model.module_names()
+    order = sorted(arrays(model)) + [f"weight/{m}" for m in names]
+    requests = {c: (arrays(model), {**cfg, "secure": {"fraction": rows[c] / total}}) for c in chosen}
+    sums, replies = fed.secure_sum("train", order, requests)
+    if len(replies) < (len(chosen) if quorum is None else quorum):
+        raise FedpgmError(f"only {len(replies)} of {len(chosen)} clients completed the secure round "
+                          f"(needed {len(chosen) if quorum is None else quorum}); see left_out")
+    least = 0.5 * min(rows.values()) / total
+    return secure_average(dict(zip(order, sums)), names, least), replies
 
 
 def train_alone(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: list[str],

@@ -118,6 +118,14 @@ class Federation(ABC):
         """Before a retry: wait (until ``deadline``, a ``time.monotonic`` value) for unavailable
         clients to be reachable again. Here a dead client cannot come back, so no wait."""
 
+    def secure_sum(self, name: str, order: list[str], requests: dict[str, tuple[dict, dict]],
+                   threshold: float = 0.5) -> tuple[list[np.ndarray], dict[str, dict]]:
+        """The sum of the clients' ``name`` reply arrays (in ``order``) without the server seeing
+        any one of them, and each survivor's reply config (``fedpgm.federation.secagg``)."""
+        raise FedpgmError("secure aggregation (Flower's SecAgg+) needs separate parties holding their own "
+                          "keys: it runs on the Flower backend only; use --backend flower, or run without "
+                          "--secure-aggregation in-process")
+
     def close(self) -> None:
         """Release processes or connections (idempotent)."""
 

@@ -44,6 +44,41 @@ def remember(request: Message, ctx: ClientContext) -> Message:
     return Message("remember", config={"count": ctx.state["count"]})
 
 
+@HANDLERS.train("contribute")
+def contribute(request: Message, ctx: ClientContext) -> Message:
+    """Returns the vector ``v`` the server chose for this client (or fails if ``fail`` is set):
+    the operand of secure-sum checks, never client data."""
+    if request.config.get("fail"):
+        raise RuntimeError("failing on request")
+    return Message("contribute", {"v": request.arrays["v"]}, {"client": ctx.client_id})
+
+
+def secure_sum_probe(fed, vectors: dict[str, list[float]], fail: list[str] = (), repeats: int = 1) -> dict:
+    """Server procedure: the sum of ``vectors`` (client -> values) by SecAgg+ and in the clear,
+    ``repeats`` times each (seconds of each), with the survivors (clients in ``fail`` drop out),
+    the masked vectors the server saw and the bytes of each kind of round."""
+    import time
+
+    import numpy as np
+
+    requests = {c: ({"v": np.asarray(v, dtype=np.float64)}, {"fail": c in fail}) for c, v in vectors.items()}
+    secure, plain = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        sums, replies = fed.secure_sum("contribute", ["v"], requests)
+        secure.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        answered = fed.broadcast("contribute", per_client=requests, clients=list(replies)).require_all()
+        clear = np.sum([m.arrays["v"] for m in answered.values()], axis=0)
+        plain.append(time.perf_counter() - t0)
+    by_name = fed.ledger.totals()["bytes_by_message"]
+    return {"sum": sums[0].tolist(), "plain_sum": clear.tolist(), "survivors": sorted(replies),
+            "secure_s": secure, "plain_s": plain, "left_out": fed.left_out_report(),
+            "masked": {c: [a.tolist() for a in v] for c, v in fed.secagg_view.items()},
+            "secure_bytes": by_name.get("contribute/secagg", 0) // repeats,
+            "plain_bytes": by_name.get("contribute", 0) // repeats}
+
+
 def roundtrip_benchmark(fed, sizes: list[int] = (1_000, 1_000_000, 50_000_000), repeats: int = 5,
                         client: str | None = None) -> dict:
     """Server procedure: ``echo`` round trips to one client for each payload size (bytes).

@@ -34,6 +34,7 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
+from flwr.client.mod import secaggplus_mod  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
@@ -70,8 +71,8 @@ class FlowerFederation(Federation):
     """A federation over a Flower ``Grid`` (inside a ServerApp)."""
 
     def __init__(self, grid: Grid, handlers: HandlerSet, expected: int, wait_s: float = 120.0,
-                 audit=None, timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
-        self.grid, self.handlers, self.wait_s = grid, handlers, wait_s
+                 audit=None, timeout: float | None = DEFAULT_TIMEOUT_S, context: Context | None = None) -> None:
+        self.grid, self.handlers, self.wait_s, self.context = grid, handlers, wait_s, context
         self.node_of: dict[str, int] = {}
         self.greet(expected, wait_s)
         super().__init__(sorted(self.node_of), audit, timeout)
@@ -118,6 +119,14 @@ class FlowerFederation(Federation):
         nodes = {self.node_of[c] for c in clients}
         while time.monotonic() < until and not nodes <= set(self.grid.get_node_ids()):
             time.sleep(1.0)
+
+    def secure_sum(self, name, order, requests, threshold=0.5):
+        """By SecAgg+ (``fedpgm.federation.secagg``): the server sees masked vectors only."""
+        from fedpgm.federation.secagg import secure_sum
+
+        if self.context is None:
+            raise FedpgmError("a secure sum needs the ServerApp's context; create the federation with it")
+        return secure_sum(self, self.context, name, order, requests, threshold, self.timeout)
 
     def log(self, text: str) -> None:
         print(f"fedpgm: {text}", flush=True)  # the ServerApp's output is what `flwr run` streams
@@ -180,7 +189,7 @@ def server_main(grid: Grid, context: Context) -> None:
     try:
         handlers = load_handlers(str(cfg["handlers"]))
         fed = FlowerFederation(grid, handlers, int(cfg["clients"]), float(cfg.get("wait-s", 120.0)),
-                               timeout=float(cfg.get("timeout-s", DEFAULT_TIMEOUT_S)))
+                               timeout=float(cfg.get("timeout-s", DEFAULT_TIMEOUT_S)), context=context)
         result = run_procedure(fed, str(cfg["procedure"]), json.loads(str(cfg.get("args-json", "{}"))))
         result["backend"] = "flower"
         write_json_atomic(result_path, result)
@@ -226,6 +235,19 @@ def route(msg: FlowerMessage, context: Context) -> FlowerMessage:
         raise RuntimeError(payload.decode())
     save_state(ctx.state, ctx.workdir)
     return FlowerMessage(to_record(payload), reply_to=msg)
+
+
+@client_app.train(mods=[secaggplus_mod])
+def secure_route(msg: FlowerMessage, context: Context) -> FlowerMessage:
+    """Flower's SecAgg+ rounds (message type ``train``, masked by ``secaggplus_mod``): the fedpgm
+    request inside runs through the same handlers, policy and audit as any other."""
+    from fedpgm.federation.secagg import client_reply
+
+    handlers = load_handlers(str(context.run_config["handlers"]))
+    ctx = node_context(context)
+    reply = client_reply(msg, lambda request: handlers.handle(request, ctx))
+    save_state(ctx.state, ctx.workdir)
+    return reply
 
 
 def register_routes(app: ClientApp, handler_paths: list[str]) -> None:

@@ -1,0 +1,174 @@
+"""Secure aggregation with Flower's SecAgg+ (Bell et al. 2020): the server learns the sum of
+the clients' vectors, never one client's vector.
+
+``secure_sum(federation, name, ...)`` asks each client to run its handler ``name`` and add the
+reply's arrays (named by ``order``) into a sum that only the survivors' masks cancel out of.
+Flower's own pieces do the cryptography: the server runs ``SecAggPlusWorkflow`` (setup, share
+keys, collect masked vectors, unmask: 4 round trips), the ClientApp's ``secaggplus_mod`` masks
+the reply of the ``train`` route below. A client that drops out after sharing its keys is
+recovered by the others' shares (``reconstruction_threshold`` of them); the sum is then over
+the survivors, whom the result names.
+
+SecAgg+ sums integers: each value a client adds must lie in [-``CLIP``, ``CLIP``] (the
+client refuses otherwise, so nothing is clipped silently) and is quantized to 2^22 levels over
+that range, so sums carry an error of about 4e-6 per client and value. Algorithms scale their
+vectors accordingly (F-CM: row-weighted fractions, see ``fedpgm.concepts.federation``).
+
+Only the Flower backend can do this: SecAgg+ needs separate parties holding their own keys;
+``Federation.secure_sum`` says so on the in-process backend. Why by hand: Flower's workflow is
+written for its legacy strategies; this module is the adapter (a strategy that asks for one
+handler's reply and keeps the sum) and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+
+import flwr.compat.common.recorddict_compat as compat
+import numpy as np
+from flwr.app import ConfigRecord, Context, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.common import (Code, FitIns, FitRes, Status, bytes_to_ndarray, ndarrays_to_parameters,
+                         parameters_to_ndarrays)
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+from flwr.server import ServerConfig
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
+
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.base import ClientFailure
+from fedpgm.federation.codec import Message, decode, encode
+
+CLIP = 8.0  # SecAgg+'s clipping range: every value a client adds lies in [-CLIP, CLIP]
+REQUEST = "fedpgm-request"  # FitIns config: the fedpgm request (codec bytes)
+REPLY = "fedpgm-reply"  # FitRes metrics: the reply's config as JSON (counts and names, no arrays)
+
+
+def update_vector(reply: Message, order: list[str], client: str) -> list[np.ndarray]:
+    """The reply's arrays in ``order`` as float64, each value within [-CLIP, CLIP]."""
+    missing = [k for k in order if k not in reply.arrays]
+    if missing:
+        raise FedpgmError(f"client '{client}' has no array(s) {missing[:3]} for the secure sum")
+    out = [np.asarray(reply.arrays[k], dtype=np.float64) for k in order]
+    worst = max((float(np.abs(a).max()) for a in out if a.size), default=0.0)
+    if not np.isfinite(worst) or worst > CLIP:
+        raise FedpgmError(f"client '{client}' would add a value of magnitude {worst:.3g} to a secure sum, "
+                          f"outside SecAgg+'s range [-{CLIP}, {CLIP}]; the algorithm must scale it down")
+    return out
+
+
+def client_reply(msg: FlowerMessage, handle) -> FlowerMessage:
+    """ClientApp side (under ``secaggplus_mod``): run the fedpgm request inside the FitIns through
+    ``handle(request) -> reply`` and return its arrays as the FitRes the mod masks."""
+    fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+    request = decode(bytes(fitins.config[REQUEST]))
+    reply = handle(request)
+    arrays = update_vector(reply, list(request.config["secure_order"]), request.config.get("client", "?"))
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1,
+                    {REPLY: json.dumps(reply.config)})
+    return FlowerMessage(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)
+
+
+class NodeProxy:
+    """What the workflow needs of a client: its node id."""
+
+    def __init__(self, client: str, node_id: int) -> None:
+        self.cid, self.node_id = client, node_id
+
+
+class OneSum:
+    """A legacy strategy for one SecAgg+ round: hands each client its request, keeps the result."""
+
+    def __init__(self, fitins: dict[str, FitIns], node_of: dict[str, int]) -> None:
+        self.proxies = {c: NodeProxy(c, node_of[c]) for c in fitins}
+        self.fitins = fitins
+        self.sum: list[np.ndarray] | None = None
+        self.replies: dict[str, dict] = {}
+
+    def configure_fit(self, server_round, parameters, client_manager):
+        return [(self.proxies[c], ins) for c, ins in self.fitins.items()]
+
+    def aggregate_fit(self, server_round, results, failures):
+        # every result carries the same aggregate: the survivors' weighted mean (weights all 1)
+        mean = parameters_to_ndarrays(results[0][1].parameters) if results else None
+        self.sum = None if mean is None else [m * len(results) for m in mean]
+        self.replies = {proxy.cid: json.loads(str(res.metrics[REPLY])) for proxy, res in results}
+        return None, {}
+
+
+class CountingGrid:
+    """The grid, with the payload bytes of every message the workflow sends or receives counted
+    in the federation's ledger (as ``NAME/secagg``), and the server's view of each client's
+    vector (``masked``: what arrived, masked, in the collect stage) kept for inspection."""
+
+    def __init__(self, grid, ledger, label: str, client_of: dict[int, str]) -> None:
+        self.grid, self.ledger, self.label, self.client_of = grid, ledger, label, client_of
+        self.masked: dict[str, list[np.ndarray]] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.grid, name)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        self.ledger.new_round()
+        for m in messages:
+            self.ledger.record("down", self.client_of.get(m.metadata.dst_node_id, "?"), self.label,
+                               content_bytes(m.content))
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        for r in replies:
+            if r.has_content():
+                client = self.client_of.get(r.metadata.src_node_id, "?")
+                self.ledger.record("up", client, self.label, content_bytes(r.content))
+                configs = r.content.config_records.get(RECORD_KEY_CONFIGS, {})
+                if Key.MASKED_PARAMETERS in configs:
+                    self.masked[client] = [bytes_to_ndarray(b) for b in configs[Key.MASKED_PARAMETERS]]
+        return replies
+
+
+def content_bytes(content: RecordDict) -> int:
+    """Payload bytes of a Flower message: array data plus config values (numbers as 8 bytes)."""
+    total = 0
+    for record in content.array_records.values():
+        total += sum(len(a.data) for a in record.values())
+    for record in content.config_records.values():
+        for v in record.values():
+            for x in (v if isinstance(v, list) else [v]):
+                total += len(x) if isinstance(x, (bytes, str)) else 8
+    return total
+
+
+def secure_sum(fed, context: Context, name: str, order: list[str],
+               requests: dict[str, tuple[dict, dict]], threshold: float = 0.5,
+               timeout: float | None = None) -> tuple[list[np.ndarray], dict[str, dict]]:
+    """One SecAgg+ round over ``requests`` (client -> (arrays, config) of its ``name`` request):
+    the sum of the survivors' reply arrays, in ``order``, and each survivor's reply config.
+    Clients that fail are recorded as left out of ``name``; with fewer survivors than the
+    reconstruction threshold, ``FedpgmError``. ``fed.secagg_view`` keeps the masked vectors the
+    server received."""
+    fitins = {}
+    for c, (arrays, config) in requests.items():
+        data = encode(Message(name, arrays, {**config, "secure_order": order, "client": c}))
+        fitins[c] = FitIns(ndarrays_to_parameters([]), {REQUEST: bytes(np.asarray(data, np.uint8))})
+    strategy = OneSum(fitins, fed.node_of)
+    legacy = LegacyContext(context, ServerConfig(num_rounds=1), strategy)
+    legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: 1})
+    legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
+        ndarrays_to_parameters([]), keep_input=True)
+    if len(requests) < 2:
+        raise FedpgmError(f"a secure sum needs at least 2 clients (3 to survive a dropout), got {len(requests)}")
+    # every client shares its keys with all others; ``threshold`` of them (at least 2) unmask
+    workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=float(threshold), max_weight=1.0,
+                                  clipping_range=CLIP, timeout=timeout)
+    grid = CountingGrid(fed.grid, fed.ledger, f"{name}/secagg", {v: k for k, v in fed.node_of.items()})
+    fed.log(f"secure sum: '{name}' from {len(requests)} client(s) by SecAgg+")
+    workflow(grid, legacy)
+    fed.secagg_view = grid.masked
+    if strategy.sum is None:
+        raise FedpgmError(f"the secure sum of '{name}' did not complete: too few of its {len(requests)} "
+                          f"clients stayed to unmask it (at least {threshold:.0%} of them, and 2, must)")
+    for c in requests:
+        if c not in strategy.replies:
+            fed.left_out[c] = ClientFailure(c, name, "error", "dropped out of the secure sum")
+    return strategy.sum, strategy.replies
