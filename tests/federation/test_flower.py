@@ -114,3 +114,29 @@ def test_supernode_whose_port_was_taken_starts_again_on_another(parts, tmp_path,
             assert node.port != port and node.process.poll() is None and deploy.port_open(node.port)
             pids = dep.pids
     assert_all_stopped(pids)
+
+
+
+def test_node_state_is_kept_per_run(parts, tmp_path):
+    """Two runs on the same SuperNode (same node config) never see each other's state, and a run's
+    next message sees its own: the context the ClientApp builds around each handler."""
+    from flwr.app import Context, RecordDict
+
+    from fedpgm.federation.codec import Message
+    from fedpgm.federation.diagnostics import HANDLERS
+    from fedpgm.federation.flower import node_context
+    from fedpgm.federation.handlers import save_state
+
+    _, folder = parts
+    config = {"client-id": "client-0", "data": str(folder / "client-0.csv"),
+              "schema": str(folder / "manifest.json"), "workdir": str(tmp_path / "node")}
+
+    def remember(run_id: int, value: int) -> int:
+        ctx = node_context(Context(run_id=run_id, node_id=1, node_config=config, state=RecordDict(), run_config={}))
+        reply = HANDLERS.handle(Message("remember", config={"value": value}), ctx)
+        save_state(ctx.state, ctx.workdir)
+        return reply.config["count"]
+
+    assert remember(7, 5) == 5 and remember(8, 100) == 100  # two runs, each from zero
+    assert remember(7, 1) == 6 and remember(8, 1) == 101  # each continues its own
+    assert sorted(p.name for p in (tmp_path / "node").iterdir()) == ["run-7", "run-8"]
