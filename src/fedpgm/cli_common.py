@@ -20,7 +20,8 @@ console = Console()
 DataDir = Annotated[Optional[Path], typer.Option(
     "--data-dir", help="Folder with adult/, give_me_some_credit/, debd/ (default: $FEDPGM_DATA "
     "or ../shared/data)")]
-Seed = Annotated[int, typer.Option("--seed", help="Seed for splits, sampling and partitioning")]
+Seed = Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1,
+                                   help="Seed for splits, sampling and partitioning")]
 Rows = Annotated[Optional[int], typer.Option("--rows", help="Rows to draw (bn: and synthetic: sets)")]
 Label = Annotated[Optional[str], typer.Option("--label", help="Label column (csv:, bn:)")]
 SchemaFile = Annotated[Optional[Path], typer.Option("--schema", help="Schema JSON for csv: sets")]

@@ -59,3 +59,22 @@ def test_run_config_refuses_unknown_keys_before_running(cli, tmp_path):
     assert code == 2 and "xgboost" in err
     code, _, err = cli("run", tmp_path / "none.toml", "--out", tmp_path / "res")
     assert code == 2 and "no config file" in err
+
+
+def test_run_config_refuses_values_of_the_wrong_type_before_running(cli, tmp_path):
+    config = tmp_path / "bad.toml"
+    for old, new, message in (("clients = 2", 'clients = "five"', "clients must be a whole number >= 1, got 'five'"),
+                              ("clients = 2", "clients = 0", "clients must be a whole number >= 1, got 0"),
+                              ("fedavg = {rounds = 3}", 'fedavg = {rounds = "twenty"}',
+                               "[baselines] fedavg: rounds must be a whole number >= 1, got 'twenty'"),
+                              ("fedavg = {rounds = 3}", "fedavg = 3", "fedavg: give true or a table"),
+                              ("seed = 1", 'seed = "zero"', "seed must be a whole number >= 0, got 'zero'"),
+                              ("seed = 1", "seed = 99999999999", "seed must be at most 4294967295")):
+        assert old in CONFIG
+        config.write_text(CONFIG.replace(old, new, 1))
+        code, _, err = cli("run", config, "--out", tmp_path / "res")
+        assert code == 2 and message in err, (new, err)
+        assert not (tmp_path / "res").exists()
+    for seed in ("-1", "99999999999"):
+        code, _, err = cli("pc", "fit", "wine", "--seed", seed)
+        assert code == 2 and "Invalid value for '--seed'" in err, err

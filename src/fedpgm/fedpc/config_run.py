@@ -50,10 +50,24 @@ BASELINE_OPTIONS = {"fedavg": {"rounds", "epochs", "lr", "batch_size"},
 COLUMNS = ("test_loglik", "accuracy", "f1_macro", "relative_runtime", "bytes")
 
 
+WHOLE = {"seed": 0, "rows": 1, "clients": 1, "clusters": 1, "products": 1, "min_clients": 1,
+         "rounds": 1, "epochs": 1, "batch_size": 1, "hidden": 1}  # key: least value
+POSITIVE = ("timeout", "lr", "test_size")  # numbers > 0
+MAX_SEED = 2**32 - 1
+
+
 def check_keys(table: dict, allowed: set[str], where: str) -> None:
+    """Only ``allowed`` keys, and every number-valued key a number in its range."""
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise FedpgmError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    for k, v in table.items():
+        if k in WHOLE and (isinstance(v, bool) or not isinstance(v, int) or v < WHOLE[k]):
+            raise FedpgmError(f"{where}: {k} must be a whole number >= {WHOLE[k]}, got {v!r}")
+        if k in POSITIVE and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            raise FedpgmError(f"{where}: {k} must be a number > 0, got {v!r}")
+    if "seed" in table and table["seed"] > MAX_SEED:
+        raise FedpgmError(f"{where}: seed must be at most {MAX_SEED}, got {table['seed']}")
 
 
 def read_config(path: str | Path) -> dict:
@@ -87,6 +101,9 @@ def read_config(path: str | Path) -> dict:
     for name, allowed in BASELINE_OPTIONS.items():
         if isinstance(baselines.get(name), dict):
             check_keys(baselines[name], allowed, f"{path} [baselines] {name}")
+        elif name in baselines and not isinstance(baselines[name], bool):
+            raise FedpgmError(f"{path} [baselines] {name}: give true or a table of options "
+                              f"({sorted(allowed)}), not {baselines[name]!r}")
     return config
 
 
