@@ -143,13 +143,10 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
             wall = time.perf_counter() - wall
             ll = model.log_likelihood(ds.test)
             proba = model.predict_proba(ds.test) if label else None
-            if out is not None:
-                model.save(out)
         info = model.info
     else:
-        info, ll, proba = fit_flower(part, ds, settings, out)
+        info, ll, proba, model = fit_flower(part, ds, settings, keep_model=out is not None)
         wall = time.perf_counter() - wall
-        model = FedPC.load(out) if out is not None else None
     comm = info["communication"]
     report = {"dataset": ds.name, "split": settings.split, "clients": settings.clients,
               "backend": settings.backend, "seed": settings.seed, "settings": asdict(settings),
@@ -169,6 +166,8 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
             report.update({f"centralized_{k}": v for k, v in c.items()})
         report["centralized_train_seconds"] = seconds
         report["relative_runtime"] = info["critical_path_seconds"] / seconds
+    if out is not None:  # last, so an interrupted run leaves no model without its report
+        model.save(out)
     return model, report
 
 
@@ -195,14 +194,9 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
         with InProcessFederation(part, HANDLERS, timeout=settings.timeout) as fed:
             model = fit_fcdt(fed, **args)
         wall = time.perf_counter() - wall
-        if out is not None:
-            model.save(out)
     else:  # the model is fitted in the ServerApp's process and read back from its folder
-        with private_tempdir("fedpgm-fcdt-") as tmp:
-            folder = Path(out) if out is not None else Path(tmp) / "model"
-            fit_flower(part, ds, settings, folder, "fcdt")
-            wall = time.perf_counter() - wall
-            model = TreeCircuit.load(folder)
+        _, _, _, model = fit_flower(part, ds, settings, keep_model=True, method="fcdt")
+        wall = time.perf_counter() - wall
     comm = model.info["communication"]
     label = ds.schema.label
     report = {"dataset": ds.name, "split": settings.split, "clients": settings.clients, "backend": settings.backend,
@@ -219,13 +213,16 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
               "n_train": len(ds.train), "n_test": len(ds.test)}
     if "alignment" in model.info:
         report["alignment"] = model.info["alignment"]
+    if out is not None:
+        model.save(out)
     return model, report
 
 
-def fit_flower(part, ds: Dataset, settings: FitSettings, out, method: str = "fedpc"
-               ) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+def fit_flower(part, ds: Dataset, settings: FitSettings, keep_model: bool = False, method: str = "fedpc"
+               ) -> tuple[dict, np.ndarray | None, np.ndarray | None, FedPC | TreeCircuit | None]:
     """The same fit on a loopback Flower deployment (SuperLink + one SuperNode per client):
-    the fit's info, test log-likelihoods (FedPC only) and class probabilities."""
+    the fit's info, test log-likelihoods (FedPC only), class probabilities and, with
+    ``keep_model``, the model (saved by the ServerApp, read back here)."""
     from fedpgm.federation.deploy import LoopbackDeployment
 
     with private_tempdir("fedpgm-fedpc-") as tmp:
@@ -234,15 +231,14 @@ def fit_flower(part, ds: Dataset, settings: FitSettings, out, method: str = "fed
         np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
         fit = fcdt_args(settings) if method == "fcdt" else settings.fit_args()
         args = {"fit": fit, "test": str(tmp / "test.npz"), "columns": ds.schema.names, "target": ds.schema.label,
-                "out": None if out is None else str(tmp / "model"), "method": method}
+                "out": str(tmp / "model") if keep_model else None, "method": method}
         with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower") as dep:
             result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args,
                              timeout=max(1800.0, 4 * settings.timeout), exchange_timeout=settings.timeout)
-        if out is not None:  # saved here, where the caller may have allowed replacing ``out``
-            (TreeCircuit if method == "fcdt" else FedPC).load(tmp / "model").save(out)
+        model = (TreeCircuit if method == "fcdt" else FedPC).load(tmp / "model") if keep_model else None
     ll = np.asarray(result["test_ll"]) if "test_ll" in result else None
     proba = np.asarray(result["proba"]) if "proba" in result else None
-    return result["info"], ll, proba
+    return result["info"], ll, proba, model
 
 
 def summary_line(report: dict) -> str:
