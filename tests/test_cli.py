@@ -148,3 +148,15 @@ def test_out_never_deletes_a_users_folder_and_bad_outputs_fail_before_work(cli, 
     assert code == 0, err
     assert sorted(p.name for p in mine.iterdir()) == ["params.safetensors", "structure.json"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+
+def test_help_and_version_start_without_the_heavy_libraries():
+    code = ("import sys\nfrom fedpgm.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('LOADED', sorted(m for m in ('torch', 'numpy', 'pandas', 'sklearn', 'flwr') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "LOADED []" in out and "Usage: fedpgm" in out
+    from importlib.metadata import version
+
+    done = subprocess.run([sys.executable, "-m", "fedpgm.cli", "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == f"fedpgm {version('fedpgm')}"

@@ -22,6 +22,20 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Federated learning of probabilistic, graphical and interpretable models.")
 
 
+def print_version(value: bool) -> None:
+    if value:
+        from fedpgm import __version__
+
+        console.print(f"fedpgm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(version: Annotated[bool, typer.Option("--version", callback=print_version, is_eager=True,
+                                                  help="Print the version and exit")] = False) -> None:
+    """Federated learning of probabilistic, graphical and interpretable models."""
+
+
 def types_text(types: dict[str, int]) -> str:
     """``{"continuous": 3, "binary": 1}`` -> ``"3 cont, 1 bin"``."""
     return ", ".join(f"{n} {k[:3] if k != 'continuous' else 'cont'}" for k, n in types.items())

@@ -195,3 +195,6 @@ def load_state(workdir: Path) -> dict:
         with np.load(workdir / "state.npz", allow_pickle=False) as z:
             state.update({k: z[k] for k in z.files})
     return state
+
+
+from fedpgm.federation import psi  # noqa: E402,F401  registers the runtime's PSI handlers in RUNTIME

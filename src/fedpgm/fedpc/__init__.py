@@ -7,8 +7,15 @@ assembly, split evaluation) and ``fedpgm.fedpc.client`` the client handlers.
 bagged or boosted decision trees under a mean or product root.
 """
 
-from fedpgm.fedpc.model import FedPC
-from fedpgm.fedpc.server import fit_fedpc
-from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
+import importlib
 
-__all__ = ["FedPC", "TreeCircuit", "fit_fcdt", "fit_fedpc"]
+# imported on first use, so that `fedpgm --help` (which imports fedpgm.fedpc.cli) loads no torch
+_WHERE = {"FedPC": "fedpgm.fedpc.model", "fit_fedpc": "fedpgm.fedpc.server",
+          "TreeCircuit": "fedpgm.fedpc.trees", "fit_fcdt": "fedpgm.fedpc.trees"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'fedpgm.fedpc' has no attribute {name!r}")
