@@ -118,3 +118,17 @@ def test_infer_rejects_empty_column_and_unknown_label():
         infer_schema(pd.DataFrame({"e": [np.nan, np.nan], "x": [1.0, 2.0]}))
     with pytest.raises(FedpgmError, match="label 'z' is not a column"):
         infer_schema(pd.DataFrame({"x": [1.0]}), label="z")
+
+
+def test_a_stray_string_in_a_numeric_column_is_an_error_not_a_category(tmp_path, cli):
+    rng = np.random.default_rng(0)
+    ages = [str(round(v, 1)) for v in rng.uniform(20, 80, 60)]
+    ages[7], ages[31] = "unknown", "?"
+    raw = pd.DataFrame({"age": ages, "y": rng.choice(["a", "b"], 60)})
+    with pytest.raises(FedpgmError, match=r"column 'age' is numeric except for 2 cell\(s\) such as \['\?', 'unknown'\]"):
+        infer_schema(raw)
+    codes = pd.DataFrame({"code": ["1", "2", "3", "other"] * 15})  # few numbers: a real category
+    assert infer_schema(codes)[0]["code"].kind == "categorical"
+    raw.to_csv(tmp_path / "t.csv", index=False)
+    code, _, err = cli("pc", "fit", f"csv:{tmp_path / 't.csv'}", "--label", "y")
+    assert code == 2 and "column 'age' is numeric except for" in err

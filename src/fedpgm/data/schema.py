@@ -270,6 +270,12 @@ def infer_feature(name: str, column: pd.Series, max_categories: int = 20) -> tup
     if values.empty:
         raise FedpgmError(f"column '{name}' has no values; drop it")
     numeric = pd.to_numeric(values, errors="coerce")
+    stray = values[numeric.isna()]
+    if 0 < len(stray) <= 0.1 * len(values) and numeric.nunique() > max_categories:
+        shown = sorted({str(v) for v in stray})[:5]
+        raise FedpgmError(f"column '{name}' is numeric except for {len(stray)} cell(s) such as {shown}; "
+                          "leave missing cells empty, fix those cells, or declare the column's type in a "
+                          "--schema file")
     if numeric.notna().all():
         distinct = np.unique(numeric.to_numpy(dtype=float))
         if len(distinct) == 2:
