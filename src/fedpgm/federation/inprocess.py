@@ -18,7 +18,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import shutil
-import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection, wait
@@ -33,6 +32,7 @@ from fedpgm.federation.base import DEFAULT_TIMEOUT_S, AuditHook, ClientFailure, 
 from fedpgm.federation.codec import decode, encode
 from fedpgm.federation.handlers import ClientContext, HandlerSet, load_handlers
 from fedpgm.federation.lifecycle import watch_parent, worker_signals
+from fedpgm.threads import limit_torch
 
 MODES = ("processes", "sequential")
 OK, FAILED = b"\x00", b"\x01"
@@ -55,8 +55,7 @@ def client_process(conn: Connection, client_id: str, data: ClientData, handlers_
     # A forked child must not enter the parent's OpenMP pools (libgomp is not fork-safe: a child
     # whose parent ran a parallel region hangs in its first one), so every pool runs one thread.
     threadpool_limits(1)
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
+    limit_torch(1)
     handlers = load_handlers(handlers_path)
     ctx = ClientContext(client_id, data, Path(workdir))
     while True:

@@ -14,12 +14,10 @@ timed by their process CPU time, so a shared or busy machine does not skew the r
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from sklearn.metrics import f1_score
 
 from fedpgm.circuits.estimator import ESTIMATORS
@@ -32,6 +30,7 @@ from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.server import fit_fedpc, learner_params
 from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
+from fedpgm.threads import one_thread
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 BACKENDS = ("inprocess", "flower")
@@ -62,21 +61,11 @@ class FitSettings:
                 "seed": self.seed, "min_clients": self.min_clients, "align": self.align}
 
 
-@contextmanager
-def single_thread():
-    """Torch on one thread (as each client runs), restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def centralized(ds: Dataset, settings: FitSettings):
-    """The same learner on the pooled train split: (model, CPU seconds)."""
+    """The same learner on the pooled train split, under the clients' thread limits
+    (``fedpgm.threads``): (model, CPU seconds)."""
     params = learner_params(settings.learner, settings.params, settings.seed)
-    with single_thread():
+    with one_thread():
         t0 = time.process_time()
         model = ESTIMATORS[settings.learner](**params).fit(ds.train, ds.schema)
         return model, time.process_time() - t0
