@@ -1,9 +1,13 @@
-"""Estimators in scikit-learn's style: ``LearnSPN`` and ``RatSPN``.
+"""scikit-learn estimators: ``LearnSPN`` and ``RatSPN``.
 
-``fit(X, schema=None)`` takes a DataFrame whose columns are the schema's names (a missing
-column is all-NaN, i.e. marginalised) or an array with one column per schema variable; with
-no schema, every column is continuous. Fitted attributes end in ``_``: ``circuit_``,
-``compiled_``, ``schema_``. Parameters are validated at ``fit`` with errors naming them.
+``fit(X, y=None, schema=None)`` takes a DataFrame whose columns are the schema's names (a
+missing column is all-NaN, i.e. marginalised) or an array with one column per schema variable;
+with no schema, every column is continuous. With ``y`` (class labels, scikit-learn's way), the
+circuit models the joint of X's columns and a categorical ``target`` column, ``classes_`` holds
+the labels, and ``predict`` returns them; ``score(X, y)`` is then the mean joint
+log-likelihood. Fitted attributes end in ``_``: ``circuit_``, ``compiled_``, ``schema_``.
+They are ``BaseEstimator``s (``clone``, ``get_params``, ``GridSearchCV``, ``cross_val_score``);
+a query before ``fit`` raises scikit-learn's ``NotFittedError``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from abc import ABC, abstractmethod
 import numpy as np
 import pandas as pd
 import torch
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 
 from fedpgm.circuits import queries
 from fedpgm.circuits.compiled import CompiledCircuit
@@ -39,32 +45,42 @@ def as_matrix(X, schema: Schema) -> np.ndarray:
     return X
 
 
-class CircuitEstimator(ABC):
+class NotFitted(FedpgmError, NotFittedError):
+    """A query before ``fit``: a one-line user error and scikit-learn's ``NotFittedError``."""
+
+
+TARGET = "target"  # the label column added by ``fit(X, y)``
+
+
+class CircuitEstimator(BaseEstimator, ABC):
     """Shared query API; subclasses implement ``_learn(schema, X, floors) -> Circuit``."""
 
-    _params: tuple[str, ...] = ()
     precision = "float64"
 
-    def get_params(self, deep: bool = True) -> dict:
-        return {k: getattr(self, k) for k in self._params}
-
     def set_params(self, **params) -> "CircuitEstimator":
-        for k, v in params.items():
-            if k not in self._params:
-                raise FedpgmError(f"unknown parameter '{k}'; parameters are {list(self._params)}")
-            setattr(self, k, v)
-        return self
+        known = self._get_param_names()
+        for k in params:
+            if k not in known:
+                raise FedpgmError(f"unknown parameter '{k}'; parameters are {known}")
+        return super().set_params(**params)
 
-    def fit(self, X, schema: Schema | None = None, y=None, reference=None) -> "CircuitEstimator":
-        """Learn from ``X``. Continuous leaves keep a std of at least ``min_std_fraction`` of
-        their column's std in ``reference`` (rows like ``X``; default ``X`` itself: FedPC passes a
-        client's whole table when it learns one circuit per cluster)."""
+    def fit(self, X, y=None, schema: Schema | None = None, reference=None) -> "CircuitEstimator":
+        """Learn from ``X`` (and class labels ``y``). Continuous leaves keep a std of at least
+        ``min_std_fraction`` of their column's std in ``reference`` (rows like ``X``; default
+        ``X`` itself: FedPC passes a client's whole table when it learns one circuit per
+        cluster). A ``Schema`` as second argument is taken as ``schema``."""
+        if isinstance(y, Schema):
+            schema, y = y, None
         if schema is None:
             if isinstance(X, pd.DataFrame):
                 names = [str(c) for c in X.columns]
             else:
                 names = [f"x{i}" for i in range(np.asarray(X).shape[1])]
             schema = Schema(tuple(Feature(n, "continuous") for n in names))
+        if y is not None:
+            X, schema, reference = self._with_labels(X, y, schema), self._labelled(schema), None
+        else:
+            self.classes_ = None
         self.schema_ = schema
         X = as_matrix(X, schema)
         floors = std_floors(X if reference is None else as_matrix(reference, schema), self.min_std_fraction)
@@ -83,37 +99,77 @@ class CircuitEstimator(ABC):
     def _learn(self, schema: Schema, X: np.ndarray, floors: np.ndarray) -> Circuit:
         """Learn a circuit over ``schema`` from X (rows, variables), leaf stds >= ``floors``."""
 
+    def _with_labels(self, X, y, schema: Schema) -> pd.DataFrame:
+        """X as a frame with the label codes of ``y`` as column ``target``; sets ``classes_``."""
+        if schema.label is not None or TARGET in schema:
+            raise FedpgmError(f"fit(X, y) adds the label as column '{TARGET}'; the schema must have no label "
+                              f"and no column of that name")
+        self.classes_, codes = np.unique(np.asarray(y), return_inverse=True)
+        frame = pd.DataFrame(as_matrix(X, schema), columns=schema.names)
+        if len(frame) != len(codes):
+            raise FedpgmError(f"X has {len(frame)} rows but y has {len(codes)} labels")
+        frame[TARGET] = codes.astype(float)
+        return frame
+
+    def _labelled(self, schema: Schema) -> Schema:
+        cats = tuple(str(c) for c in self.classes_)
+        return Schema(schema.features + (Feature(TARGET, "categorical", cats),), TARGET)
+
+    def _matrix(self, X, y=None) -> np.ndarray:
+        """Query rows in schema order; for a model fitted with ``y``, X may leave out the label
+        (unobserved) or ``y`` supplies it."""
+        if getattr(self, "classes_", None) is not None and not (isinstance(X, pd.DataFrame) and TARGET in X):
+            frame = pd.DataFrame(np.asarray(X, dtype=float) if not isinstance(X, pd.DataFrame) else X)
+            if not isinstance(X, pd.DataFrame):
+                frame.columns = self.schema_.names[:frame.shape[1]]
+            codes = np.full(len(frame), np.nan)
+            if y is not None:
+                codes = np.searchsorted(self.classes_, np.asarray(y)).astype(float)
+                codes[~np.isin(np.asarray(y), self.classes_)] = np.nan
+            X = frame.assign(**{TARGET: codes})
+        return as_matrix(X, self.schema_)
+
     def _check(self) -> CompiledCircuit:
         if not hasattr(self, "compiled_"):
-            raise FedpgmError(f"this {type(self).__name__} is not fitted yet; call fit first")
+            raise NotFitted(f"this {type(self).__name__} is not fitted yet; call fit first")
         return self.compiled_
 
-    def log_likelihood(self, X) -> np.ndarray:
+    def log_likelihood(self, X, y=None) -> np.ndarray:
         """(rows,) log-likelihood in nats; NaN or absent columns are marginalised."""
         cc = self._check()
-        return queries.log_likelihood(cc, as_matrix(X, self.schema_))
+        return queries.log_likelihood(cc, self._matrix(X, y))
+
+    def score_samples(self, X) -> np.ndarray:
+        """(rows,) log-likelihood in nats (scikit-learn's name)."""
+        return self.log_likelihood(X)
 
     def score(self, X, y=None) -> float:
-        """Mean log-likelihood per row (nats)."""
-        return float(self.log_likelihood(X).mean())
+        """Mean log-likelihood per row (nats); with ``y``, of the rows and their labels."""
+        return float(self.log_likelihood(X, y).mean())
 
     def predict_proba(self, X, target: str | None = None) -> np.ndarray:
+        """(rows, classes) probabilities of ``target`` (default: the label) given the rest."""
         target = target or self.schema_.label
         if target is None:
             raise FedpgmError("predict_proba needs a target: pass target= or fit with a labelled schema")
-        return queries.predict_proba(self._check(), as_matrix(X, self.schema_), target)
+        return queries.predict_proba(self._check(), self._matrix(X), target)
 
     def predict(self, X, target: str | None = None) -> np.ndarray:
-        return self.predict_proba(X, target).argmax(axis=1)
+        """(rows,) the most probable value of ``target``: the labels of ``fit(X, y)``, else the
+        target's category names."""
+        best = self.predict_proba(X, target).argmax(axis=1)
+        if getattr(self, "classes_", None) is not None and target in (None, TARGET):
+            return self.classes_[best]
+        return np.asarray(self.schema_[target or self.schema_.label].categories, dtype=object)[best]
 
     def conditional(self, X, query: list[str]) -> np.ndarray:
-        return queries.conditional(self._check(), as_matrix(X, self.schema_), query)
+        return queries.conditional(self._check(), self._matrix(X), query)
 
     def mpe(self, X) -> np.ndarray:
-        return queries.mpe(self._check(), as_matrix(X, self.schema_))
+        return queries.mpe(self._check(), self._matrix(X))
 
     def sample(self, n: int | None = None, evidence=None, seed: int = 0) -> np.ndarray:
-        ev = None if evidence is None else as_matrix(evidence, self.schema_)
+        ev = None if evidence is None else self._matrix(evidence)
         return queries.sample(self._check(), n, ev, seed)
 
     def save(self, folder) -> None:
@@ -125,7 +181,8 @@ class CircuitEstimator(ABC):
         by_name = {c.__name__: c for c in ESTIMATORS.values()}
         default = cls if cls is not CircuitEstimator else LearnSPN  # any class can answer queries
         model = by_name.get(meta.get("estimator"), default)()  # the class that saved it
-        model.set_params(**{k: v for k, v in meta.get("params", {}).items() if k in cls._params})
+        known = model._get_param_names()
+        model.set_params(**{k: v for k, v in meta.get("params", {}).items() if k in known})
         model.schema_, model.circuit_ = circuit.schema, circuit
         model.compiled_ = model._compile(circuit)
         return model
@@ -133,9 +190,6 @@ class CircuitEstimator(ABC):
 
 class LearnSPN(CircuitEstimator):
     """LearnSPN / Mixed SPN (``leaf="histogram"``); see ``fedpgm.circuits.learnspn``."""
-
-    _params = ("min_instances_slice", "threshold", "leaf", "seed", "precision", "min_std_fraction", "by_label",
-               "min_leaf_rows")
 
     def __init__(self, min_instances_slice: int = 100, threshold: float = 0.3, leaf: str = "gaussian",
                  seed: int = 0, precision: str = "float64", min_std_fraction: float = MIN_STD_FRACTION,
@@ -156,9 +210,6 @@ class RatSPN(CircuitEstimator):
     iterations end at -6.03 or -4.35 nats per training row for seeds 0 and 1), so ``restarts``
     initialisations (seeds ``seed``, ``seed + 1``, ...) are each trained and the one with the
     highest training log-likelihood is kept, as k-means keeps the best of its ``n_init``."""
-
-    _params = ("depth", "repetitions", "n_sums", "n_inputs", "leaf", "em_iterations", "batch_size", "seed",
-               "restarts", "precision", "min_std_fraction")
 
     def __init__(self, depth: int = 2, repetitions: int = 4, n_sums: int = 4, n_inputs: int = 4,
                  leaf: str = "gaussian", em_iterations: int = 20, batch_size: int | None = None,
