@@ -12,6 +12,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.federation import deploy
 from fedpgm.federation.deploy import LoopbackDeployment, ephemeral_low, free_port, group_alive
+from fedpgm.federation.flower import result_from_log
 from fedpgm.federation.reference import federated_moments
 
 REF_PROC = "fedpgm.federation.reference:federated_moments"
@@ -43,7 +44,9 @@ def test_reference_on_flower_equals_in_process(parts, tmp_path):
         pids = dep.pids
         assert len(pids) == 4
         remote = dep.run(REF_PROC, REF, timeout=240)
+        streamed = dep.runs[-1].output()  # what `flwr run --stream` showed whoever started the run
     assert_all_stopped(pids)
+    assert result_from_log(streamed) == remote  # the result reaches the caller, not only a file
     assert remote["backend"] == "flower" and remote["clients"] == local["clients"]
     np.testing.assert_allclose(remote["mean"], local["mean"], rtol=1e-12)
     np.testing.assert_allclose(remote["cov"], local["cov"], rtol=1e-12)

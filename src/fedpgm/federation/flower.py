@@ -4,8 +4,11 @@ run by a Flower ServerApp and ClientApp across processes or machines.
 - ``server_app`` (``@server_app.main()`` on a ``Grid``) reads its run config: ``procedure``
   (``"module:function"``, called as ``procedure(federation, **args)``), ``handlers``
   (``"module:NAME"``), ``clients`` (how many SuperNodes to wait for), ``args-json``,
-  ``result`` (path of the JSON result it writes), ``timeout-s`` (the deadline of each exchange)
-  and ``wait-s`` (how long to wait for SuperNodes to connect).
+  optionally ``result`` (path of a JSON result file on the ServerApp's host), ``timeout-s``
+  (the deadline of each exchange) and ``wait-s`` (how long to wait for SuperNodes to connect).
+  The result also ends the run's log as one ``fedpgm-result: {...}`` line, so an analyst who
+  started the run from elsewhere gets it from ``flwr run --stream`` or ``flwr log RUN_ID``
+  (``result_from_log``).
 - ``client_app`` routes ``query.<name>``/``train.<name>`` to the handler of that name. Each
   SuperNode loads only its own data, from its node config: ``client-id``, ``data`` (its CSV,
   as written by ``fedpgm partition``), ``schema`` (``manifest.json`` or a schema JSON) and
@@ -180,22 +183,43 @@ def write_json_atomic(path: Path, payload: dict) -> None:
 
 
 server_app = ServerApp()
+RESULT_LINE = "fedpgm-result: "  # the log line that carries the result to whoever started the run
+MAX_RESULT_LINE = 4_000_000  # bytes; a larger result stays in the ``result`` file only
+
+
+def result_from_log(text: str) -> dict:
+    """The result a run's log carries (``flwr run --stream`` or ``flwr log RUN_ID`` output)."""
+    for line in reversed(text.splitlines()):
+        at = line.find(RESULT_LINE)
+        if at >= 0:
+            return json.loads(line[at + len(RESULT_LINE):])
+    raise FedpgmError("the run's log carries no result line; the run failed or is still running")
 
 
 @server_app.main()
 def server_main(grid: Grid, context: Context) -> None:
+    """Run the procedure; its result goes to the ``result`` file (if the run config names one) and,
+    as one JSON line, to the run's log, which reaches whoever started the run."""
     cfg = context.run_config
-    result_path = Path(str(cfg["result"]))
+    result_path = Path(str(cfg["result"])) if "result" in cfg else None
     try:
         handlers = load_handlers(str(cfg["handlers"]))
         fed = FlowerFederation(grid, handlers, int(cfg["clients"]), float(cfg.get("wait-s", 120.0)),
                                timeout=float(cfg.get("timeout-s", DEFAULT_TIMEOUT_S)), context=context)
         result = run_procedure(fed, str(cfg["procedure"]), json.loads(str(cfg.get("args-json", "{}"))))
         result["backend"] = "flower"
-        write_json_atomic(result_path, result)
-    except Exception as e:  # the caller reads the error from the result file
-        write_json_atomic(result_path, {"error": f"{type(e).__name__}: {e}"})
+    except Exception as e:  # the caller reads the error from the result file and the log
+        if result_path is not None:
+            write_json_atomic(result_path, {"error": f"{type(e).__name__}: {e}"})
         raise
+    if result_path is not None:
+        write_json_atomic(result_path, result)
+    line = json.dumps(result, default=str, separators=(",", ":"))
+    if len(line) <= MAX_RESULT_LINE:
+        print(RESULT_LINE + line, flush=True)
+    else:
+        print(f"fedpgm: the result ({len(line)} bytes) is too large for the log; it is in {result_path} "
+              "on the ServerApp's host", flush=True)
 
 
 def node_context(context: Context) -> ClientContext:
