@@ -35,6 +35,7 @@ from fedpgm.federation.pki import Pki
 from fedpgm.federation.reaper import alive as group_alive
 
 EXIT_GRACE_S = 5.0
+STREAM_GRACE_S = 15.0  # after the result file: how long `flwr run` may take to stream the result line
 ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
 
 
@@ -345,6 +346,11 @@ class Run:
             if why:
                 break
             time.sleep(0.2)
+        if self.result_path.exists():  # let `flwr run` stream the rest of the log (the result line)
+            until = time.monotonic() + STREAM_GRACE_S
+            while self.process.poll() is None and "fedpgm-result: " not in self.output() \
+                    and time.monotonic() < until:
+                time.sleep(0.2)
         self.stop()
         if not self.result_path.exists():
             raise FedpgmError(f"the Flower run failed: {why}: {self.tail()}")

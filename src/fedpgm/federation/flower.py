@@ -212,14 +212,14 @@ def server_main(grid: Grid, context: Context) -> None:
         if result_path is not None:
             write_json_atomic(result_path, {"error": f"{type(e).__name__}: {e}"})
         raise
-    if result_path is not None:
-        write_json_atomic(result_path, result)
     line = json.dumps(result, default=str, separators=(",", ":"))
-    if len(line) <= MAX_RESULT_LINE:
+    if len(line) <= MAX_RESULT_LINE:  # the log first: a caller may stop reading once the file is there
         print(RESULT_LINE + line, flush=True)
     else:
         print(f"fedpgm: the result ({len(line)} bytes) is too large for the log; it is in {result_path} "
               "on the ServerApp's host", flush=True)
+    if result_path is not None:
+        write_json_atomic(result_path, result)
 
 
 def node_context(context: Context) -> ClientContext:
