@@ -6,13 +6,16 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from fedpgm.baselines.fedavg import fedavg
+from fedpgm.concepts.federation import module_groups
 from fedpgm.concepts.models import ConceptModel, arrays
-from fedpgm.concepts.train import average, secure_average, secure_update
+from fedpgm.concepts.train import average
 from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation, Message
 from fedpgm.federation.deploy import LoopbackDeployment
 from fedpgm.federation.secagg import CLIP, update_vector
+from fedpgm.federation.shares import share_order, weighted_mean, weighted_share
 
 VECTORS = {"client-0": [0.5, -1.25, 3.0, 0.001], "client-1": [1.0, 2.0, -0.75, 7.9],
            "client-2": [0.125, 0.25, 7.5, -8.0]}
@@ -64,9 +67,26 @@ def test_fraction_weighted_sums_give_the_module_wise_average():
     assert len(names) == 4
     plain = average(states, names)
     total = sum(rows)
-    shares = [secure_update(m, s[1], n / total) for m, s, n in zip(models, states, rows)]
-    summed = {k: sum(sh[k] for sh in shares) for k in shares[0]}
-    secure = secure_average(summed, names, 0.5 * min(rows) / total)
+    groups = module_groups(models[0], states[0][0])
+    shares = [weighted_share(a, n / total, groups, set(units)) for a, units, n in states]
+    summed = {k: sum(sh[k] for sh in shares) for k in share_order(list(states[0][0]), groups)}
+    secure = weighted_mean(summed, groups, 0.5 * min(rows) / total)
     assert sorted(secure) == sorted(plain)
     for k in plain:
         np.testing.assert_allclose(secure[k], plain[k], rtol=1e-5, atol=1e-6)
+
+
+def test_fedavg_secure_round_is_its_weighted_average_and_refused_in_process():
+    rng = np.random.default_rng(0)
+    weights = [{"w": rng.normal(size=(3, 2)), "b": rng.normal(size=2)} for _ in range(3)]
+    rows = [10, 30, 60]
+    group = {"w": "all", "b": "all"}
+    shares = [weighted_share(w, n / 100, group, {"all"}) for w, n in zip(weights, rows)]
+    summed = {k: sum(sh[k] for sh in shares) for k in share_order(["w", "b"], group)}
+    mean = weighted_mean(summed, group, 0.05)
+    for k in ("w", "b"):
+        np.testing.assert_allclose(mean[k], sum(n / 100 * w[k] for w, n in zip(weights, rows)), rtol=1e-6)
+    part = partition(load_dataset("wine"), "horizontal", 2, seed=0)
+    with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS", mode="sequential") as fed:
+        with pytest.raises(FedpgmError, match="runs on the Flower backend only"):
+            fedavg(fed, rounds=1, secure_aggregation=True)

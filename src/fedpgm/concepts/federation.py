@@ -25,15 +25,15 @@ import numpy as np
 import torch
 
 from fedpgm.concepts.graphs import aggregate, from_edge_list
-from fedpgm.concepts.models import ConceptModel, arrays, load_arrays
+from fedpgm.concepts.models import ConceptModel, arrays, load_arrays, module_of
 from fedpgm.concepts.privacy import ClientDP, DPSettings
-from fedpgm.concepts.train import (TrainSettings, average, local_train, secure_average, secure_update,
-                                   task_loss)
+from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
 from fedpgm.early_stopping import EarlyStopping
 from fedpgm.data.policy import PolicyRefusal
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
+from fedpgm.federation.shares import share_order, weighted_mean, weighted_share
 
 HANDLERS = HandlerSet("concepts")
 REGIMES = ("centralized", "local", "static", "fcm", "reinit")
@@ -88,7 +88,9 @@ def train(request: Message, ctx: ClientContext) -> Message:
         reply["epsilon"] = dp.epsilon()
         reply["epsilon_update"] = dp.update_epsilon(settings.epochs * dp.steps_per_epoch)
     if "secure" in cfg:  # a share of a secure sum: the server sees only the sum over clients
-        return Message("train", secure_update(model, units, float(cfg["secure"]["fraction"])), reply)
+        state = arrays(model)
+        return Message("train", weighted_share(state, float(cfg["secure"]["fraction"]),
+                                               module_groups(model, state), set(units)), reply)
     return Message("train", arrays(model, units), reply)
 
 
@@ -189,18 +191,24 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
 def secure_round(fed, model: ConceptModel, cfg: dict, chosen: list[str], rows: dict[str, int],
                  quorum: int | None) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
     """One round whose module averages the server learns by SecAgg+ only: each client adds its
-    parameters times its share of the round's rows (``secure_update``); the update, and each
-    survivor's reply config."""
+    parameters times its share of the round's rows, module by module (``weighted_share``); the
+    update, and each survivor's reply config."""
     total = sum(rows.values())
-    names = model.module_names()
-    order = sorted(arrays(model)) + [f"weight/{m}" for m in names]
-    requests = {c: (arrays(model), {**cfg, "secure": {"fraction": rows[c] / total}}) for c in chosen}
+    state = arrays(model)
+    groups = module_groups(model, state)
+    order = share_order(list(state), groups)
+    requests = {c: (state, {**cfg, "secure": {"fraction": rows[c] / total}}) for c in chosen}
     sums, replies = fed.secure_sum("train", order, requests)
     if len(replies) < (len(chosen) if quorum is None else quorum):
         raise FedpgmError(f"only {len(replies)} of {len(chosen)} clients completed the secure round "
                           f"(needed {len(chosen) if quorum is None else quorum}); see left_out")
-    least = 0.5 * min(rows.values()) / total
-    return secure_average(dict(zip(order, sums)), names, least), replies
+    return weighted_mean(dict(zip(order, sums)), groups, 0.5 * min(rows.values()) / total), replies
+
+
+def module_groups(model: ConceptModel, state: dict) -> dict[str, str]:
+    """Each parameter's module: the unit a client trains, and averages are taken over."""
+    names = model.module_names()
+    return {k: module_of(k, names) for k in state}
 
 
 def train_alone(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: list[str],

@@ -125,31 +125,6 @@ def average(states: list[tuple[dict, list[str], float]], names: list[str]) -> di
     return {k: (sums[k] / weights[k]).astype(np.float32) for k in sums}
 
 
-def secure_average(sums: dict[str, np.ndarray], names: list[str], least: float) -> dict[str, np.ndarray]:
-    """Module-wise FedAvg from a secure sum (``fedpgm.federation.secagg``) of each client's
-    row-fraction-weighted parameters (zero for modules it did not update) and of its fraction per
-    module (``weight/MODULE``); modules whose summed fraction is below ``least`` (no survivor
-    updated them) are left out."""
-    out = {}
-    for k, v in sums.items():
-        if k.startswith("weight/"):
-            continue
-        den = float(sums[f"weight/{module_of(k, names)}"][0])
-        if den >= least:
-            out[k] = (v / den).astype(np.float32)
-    return out
-
-
-def secure_update(model: ConceptModel, units: list[str], fraction: float) -> dict[str, np.ndarray]:
-    """A client's contribution to ``secure_average``: every parameter times ``fraction`` (zero for
-    modules outside ``units``) and its fraction per module."""
-    names = model.module_names()
-    state = {k: v.detach().numpy().astype(np.float64) for k, v in model.state_dict().items()}
-    out = {k: fraction * v if module_of(k, names) in units else np.zeros_like(v) for k, v in state.items()}
-    out.update({f"weight/{m}": np.array([fraction if m in units else 0.0]) for m in names})
-    return out
-
-
 def task_loss(model: ConceptModel, x: np.ndarray, y: np.ndarray) -> float:
     model.eval()
     with torch.no_grad():

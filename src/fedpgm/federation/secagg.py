@@ -12,7 +12,7 @@ the survivors, whom the result names.
 SecAgg+ sums integers: each value a client adds must lie in [-``CLIP``, ``CLIP``] (the
 client refuses otherwise, so nothing is clipped silently) and is quantized to 2^22 levels over
 that range, so sums carry an error of about 4e-6 per client and value. Algorithms scale their
-vectors accordingly (F-CM: row-weighted fractions, see ``fedpgm.concepts.federation``).
+vectors accordingly (row-weighted fractions: ``fedpgm.federation.shares``).
 
 Only the Flower backend can do this: SecAgg+ needs separate parties holding their own keys;
 ``Federation.secure_sum`` says so on the in-process backend. Why by hand: Flower's workflow is

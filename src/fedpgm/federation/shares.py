@@ -1,0 +1,42 @@
+"""Weighted means from a secure sum (``Federation.secure_sum``): what each client adds and how the
+server divides, so that the server learns the row-weighted mean of the clients' arrays and
+nothing else.
+
+Each client adds its arrays times its share of the rows (``fraction`` = its rows / the round's
+rows, at most 1, which keeps values inside SecAgg+'s range) and, per group of arrays it trained
+(an F-CM module; FedAvg: all of them), that fraction; the server divides each summed array by its
+group's summed fraction. With every client active this is FedAvg's weighted mean; with dropouts,
+the mean over the survivors; with module-wise training, the module-wise mean.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def weighted_share(arrays: dict[str, np.ndarray], fraction: float, group_of: dict[str, str],
+                   active: set[str]) -> dict[str, np.ndarray]:
+    """A client's addend to a secure weighted mean: every array times ``fraction`` (its share of
+    the rows), zero where its group (``group_of[name]``) is not in ``active`` (not trained here),
+    and ``weight/GROUP`` = ``fraction`` for each active group (0 otherwise)."""
+    out = {k: fraction * np.asarray(v, dtype=np.float64) if group_of[k] in active
+           else np.zeros(np.shape(v)) for k, v in arrays.items()}
+    out.update({f"weight/{g}": np.array([fraction if g in active else 0.0]) for g in sorted(set(group_of.values()))})
+    return out
+
+
+def weighted_mean(sums: dict[str, np.ndarray], group_of: dict[str, str], least: float) -> dict[str, np.ndarray]:
+    """From the secure sum of ``weighted_share``s: each array's row-weighted mean over the clients
+    whose group was active (float32); arrays whose group weighs less than ``least`` (no survivor
+    trained it) are left out."""
+    out = {}
+    for k, group in group_of.items():
+        den = float(sums[f"weight/{group}"][0])
+        if den >= least:
+            out[k] = (sums[k] / den).astype(np.float32)
+    return out
+
+
+def share_order(names: list[str], group_of: dict[str, str]) -> list[str]:
+    """The order of a secure sum of ``weighted_share``s over arrays ``names``."""
+    return sorted(names) + [f"weight/{g}" for g in sorted(set(group_of.values()))]
