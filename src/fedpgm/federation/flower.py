@@ -201,7 +201,7 @@ def server_main(grid: Grid, context: Context) -> None:
     """Run the procedure; its result goes to the ``result`` file (if the run config names one) and,
     as one JSON line, to the run's log, which reaches whoever started the run."""
     cfg = context.run_config
-    result_path = Path(str(cfg["result"])) if "result" in cfg else None
+    result_path = Path(str(cfg["result"])) if str(cfg.get("result", "")) else None
     try:
         handlers = load_handlers(str(cfg["handlers"]))
         fed = FlowerFederation(grid, handlers, int(cfg["clients"]), float(cfg.get("wait-s", 120.0)),
