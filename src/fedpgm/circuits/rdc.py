@@ -16,14 +16,53 @@ import torch
 from scipy.stats import rankdata
 
 
-def copula_features(col: np.ndarray, cardinality: int) -> np.ndarray:
-    """(n,) -> (n, m) copula-transformed inputs of one variable (NaN: column mean)."""
-    col = np.where(np.isnan(col), np.nanmean(col) if np.isfinite(col).any() else 0.0, col)
-    if cardinality > 2:
-        onehot = (col[:, None] == np.arange(cardinality)[None, :]).astype(float)
-        onehot = onehot[:, onehot.std(axis=0) > 0]
-        return np.column_stack([rankdata(c) / len(c) for c in onehot.T]) if onehot.size else np.zeros((len(col), 1))
-    return (rankdata(col) / len(col))[:, None]
+def filled(data: np.ndarray) -> np.ndarray:
+    """(n, d) with each NaN replaced by its column's mean (0 for an all-NaN column)."""
+    seen = np.isfinite(data)
+    counts = seen.sum(axis=0)
+    means = np.where(counts > 0, np.where(seen, data, 0.0).sum(axis=0) / np.maximum(counts, 1), 0.0)
+    return np.where(np.isnan(data), means, data)
+
+
+def onehot_copula(col: np.ndarray, cardinality: int) -> np.ndarray:
+    """(n,) codes -> (n, m) copula of the non-constant one-hot columns: the average rank of a
+    0/1 column is (n0 + 1) / 2 for its zeros and n0 + (n1 + 1) / 2 for its ones (over n)."""
+    onehot = col[:, None] == np.arange(cardinality)[None, :]
+    ones = onehot.sum(axis=0)
+    onehot, ones = onehot[:, (ones > 0) & (ones < len(col))], ones[(ones > 0) & (ones < len(col))]
+    if not onehot.size:
+        return np.zeros((len(col), 1))
+    zeros = len(col) - ones
+    return np.where(onehot, zeros + (ones + 1) / 2, (zeros + 1) / 2) / len(col)
+
+
+def random_features(data: np.ndarray, cardinalities: list[int], k: int = 10, s: float = 1.0 / 6.0,
+                    seed: int = 0) -> np.ndarray:
+    """(n, d) data -> (n, d, 2k) sine and cosine features of each variable's copula.
+
+    The copula of every single-column variable comes from one ranking call and its features from
+    one broadcast product; the projections are drawn variable by variable, in order, so the
+    result is the per-variable definition's, bit for bit (``tests/circuits/test_rdc.py``).
+    """
+    n, d = data.shape
+    rng = np.random.default_rng(seed)
+    data = filled(data)
+    single = [j for j in range(d) if cardinalities[j] <= 2]
+    copula = {j: onehot_copula(data[:, j], cardinalities[j]) for j in range(d) if cardinalities[j] > 2}
+    ranks = rankdata(data[:, single], axis=0) / n if single else np.zeros((n, 0))
+    draws = {}
+    for j in range(d):  # as in the RDC paper: weights ~ N(0, s^2 / inputs), the bias an input
+        m = 1 if j not in copula else copula[j].shape[1]
+        draws[j] = rng.normal(size=(m + 1, k)) * (s / (m + 1))
+    feats = np.empty((n, d, 2 * k))
+    if single:
+        w = np.stack([draws[j] for j in single])  # (d1, 2, k)
+        proj = ranks[:, :, None] * w[None, :, 0, :] + w[None, :, 1, :]
+        feats[:, single, :k], feats[:, single, k:] = np.sin(proj), np.cos(proj)
+    for j, x in copula.items():
+        proj = x @ draws[j][:-1] + draws[j][-1]
+        feats[:, j, :k], feats[:, j, k:] = np.sin(proj), np.cos(proj)
+    return feats
 
 
 def rdc_matrix(data: np.ndarray, cardinalities: list[int], k: int = 10, s: float = 1.0 / 6.0,
@@ -33,13 +72,7 @@ def rdc_matrix(data: np.ndarray, cardinalities: list[int], k: int = 10, s: float
     ``cardinalities[j]`` is 0 for a continuous variable, else its number of states.
     """
     n, d = data.shape
-    rng = np.random.default_rng(seed)
-    feats = np.empty((n, d, 2 * k))
-    for j in range(d):
-        x = copula_features(data[:, j], cardinalities[j])
-        x = np.column_stack([x, np.ones(n)])
-        proj = x @ (rng.normal(size=(x.shape[1], k)) * (s / x.shape[1]))  # as in the RDC paper
-        feats[:, j, :k], feats[:, j, k:] = np.sin(proj), np.cos(proj)
+    feats = random_features(data, cardinalities, k, s, seed)
     f = torch.from_numpy(feats)
     f = f - f.mean(dim=0)
     # Whiten each variable's features (eigen-decomposition of its own Gram block), keeping
