@@ -15,8 +15,10 @@ run by a Flower ServerApp and ClientApp across processes or machines.
   ``workdir`` (its state is kept between messages in ``workdir/run-<run id>``, one folder per
   run, since Flower starts a new process per message) and optionally ``policy``, the node's own privacy policy as a JSON object
   (``fedpgm.data.policy``; defaults apply without it).
-- Payloads travel as an ``ArrayRecord`` holding the fedpgm codec's bytes (a uint8 ``Array``),
-  so decoding, dtypes, shapes and byte counts are identical to the in-process backend.
+- Payloads travel as native records: the message's arrays in an ``ArrayRecord`` (one ``Array``
+  each, so Flower's mods see them), its name and JSON config in a ``ConfigRecord``. The codec
+  stays the one description of a message: each side turns the records back into codec bytes,
+  so dtypes, shapes, validation and byte counts are identical to the in-process backend.
 
 The node-to-client map is made at start-up by a ``query.fedpgm_hello`` round that asks each
 node for its ``client-id``; that handshake is runtime overhead and not in the ledger.
@@ -48,6 +50,7 @@ from fedpgm.errors import FedpgmError  # noqa: E402
 from fedpgm.files import write_text_atomic  # noqa: E402
 from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation, Outcome,  # noqa: E402
                                     Payload)
+from fedpgm.federation.codec import CodecError, Message, decode, encode  # noqa: E402
 from fedpgm.federation.handlers import (ClientContext, HandlerSet, load_handlers,  # noqa: E402
                                         load_state, save_state)
 from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
@@ -62,12 +65,27 @@ POLL_S = 0.05
 RETURN_WAIT_S = 35.0  # how long a retry waits for an unavailable node to be back (one heartbeat + 5 s)
 
 
+ARRAYS, CONFIG = "fedpgm.arrays", "fedpgm.config"  # the record names of a fedpgm message
+
+
 def to_record(payload: Payload) -> RecordDict:
-    return RecordDict({"fedpgm": ArrayRecord({"payload": Array(np.frombuffer(payload, np.uint8))})})
+    """A codec message as native Flower records: each array an ``Array`` in one ``ArrayRecord``
+    (so Flower's mods see them), the name and the JSON config in a ``ConfigRecord``."""
+    msg = decode(payload)
+    arrays = ArrayRecord({k: Array(np.require(v, requirements="C")) for k, v in msg.arrays.items()})
+    return RecordDict({ARRAYS: arrays, CONFIG: ConfigRecord({"name": msg.name, "config": json.dumps(msg.config)})})
 
 
 def from_record(content: RecordDict) -> bytes:
-    return content["fedpgm"]["payload"].numpy().tobytes()
+    """Native records back to the codec's bytes: what the ledger counts, identical to the
+    in-process backend's, and checked like any bytes from a peer (``CodecError``)."""
+    try:
+        arrays = {k: a.numpy() for k, a in content[ARRAYS].items()}
+        meta = content[CONFIG]
+        msg = Message(str(meta["name"]), arrays, json.loads(str(meta["config"])))
+    except (KeyError, ValueError, TypeError, RecursionError) as e:
+        raise CodecError(f"a Flower message without readable fedpgm records ({type(e).__name__}: {e})") from None
+    return bytes(encode(msg))
 
 
 class FlowerFederation(Federation):
@@ -154,7 +172,10 @@ class FlowerFederation(Federation):
                     kind = "unavailable" if reply.error.code == NODE_UNAVAILABLE else "error"
                     results[c] = ClientFailure(c, names[c], kind, str(reply.error.reason))
                 else:
-                    results[c] = from_record(reply.content)
+                    try:
+                        results[c] = from_record(reply.content)
+                    except CodecError as e:  # a node that sent something else than fedpgm's records
+                        results[c] = ClientFailure(c, names[c], "decode", str(e))
             if pending:
                 time.sleep(POLL_S)
         for mid in pending:
