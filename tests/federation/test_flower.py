@@ -164,3 +164,24 @@ def test_messages_travel_as_native_records_and_come_back_byte_identical():
     bad = RecordDict({ARRAYS: ArrayRecord({}), CONFIG: ConfigRecord({"name": "fit", "config": '{"a": NaN}'})})
     with pytest.raises(CodecError):
         from_record(bad)
+
+
+def test_a_node_allow_list_in_node_config_refuses_other_families(parts, tmp_path):
+    """What a SuperNode's operator sets (node config ``policy``) is what its ClientApp enforces."""
+    import json
+
+    from flwr.app import Context, RecordDict
+
+    from fedpgm.data.policy import PolicyRefusal
+    from fedpgm.federation.codec import Message
+    from fedpgm.federation.flower import node_context
+    from fedpgm.federation.reference import HANDLERS as MOMENTS
+    from fedpgm.fedpc.client import HANDLERS as FEDPC
+
+    _, folder = parts
+    config = {"client-id": "client-0", "data": str(folder / "client-0.csv"), "schema": str(folder / "manifest.json"),
+              "workdir": str(tmp_path / "node"), "policy": json.dumps({"families": ["moments"]})}
+    ctx = node_context(Context(run_id=1, node_id=1, node_config=config, state=RecordDict(), run_config={}))
+    with pytest.raises(PolicyRefusal, match="client 'client-0' does not serve 'fedpc' .*allows moments"):
+        FEDPC.handle(Message("describe"), ctx)
+    assert MOMENTS.handle(Message("describe"), ctx).config  # the family it serves answers
