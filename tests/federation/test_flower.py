@@ -185,3 +185,29 @@ def test_a_node_allow_list_in_node_config_refuses_other_families(parts, tmp_path
     with pytest.raises(PolicyRefusal, match="client 'client-0' does not serve 'fedpc' .*allows moments"):
         FEDPC.handle(Message("describe"), ctx)
     assert MOMENTS.handle(Message("describe"), ctx).config  # the family it serves answers
+
+
+def test_supernodes_that_never_connect_are_named(monkeypatch):
+    """A SuperNode with the wrong address, CA or key never connects: the run names it."""
+    from types import SimpleNamespace
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedpgm.federation.diagnostics import HANDLERS
+    from fedpgm.federation.flower import FlowerFederation
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 7)  # as inside a ServerApp process
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+
+    class OneNodeGrid:  # the SuperLink sees client-0's node only
+        def get_node_ids(self):
+            return [11]
+
+        def send_and_receive(self, messages, timeout=None):
+            return [SimpleNamespace(has_content=lambda: True, metadata=SimpleNamespace(src_node_id=11),
+                                    content={"hello": {"client-id": "client-0"}}) for _ in messages]
+
+    with pytest.raises(FedpgmError, match=r"client\(s\) \['client-1', 'client-2'\] did not connect within 1.0 s; "
+                                          "check each missing SuperNode's --superlink address, TLS root"):
+        FlowerFederation(OneNodeGrid(), HANDLERS, 3, wait_s=1.0, names=["client-0", "client-1", "client-2"])

@@ -275,6 +275,7 @@ class LoopbackDeployment:
         result = self.workdir / f"result-{time.time_ns()}.json"
         cfg = self.workdir / "run-config.toml"
         values = {"procedure": procedure, "handlers": handlers, "clients": clients or len(self.nodes),
+                  "client-ids": ",".join(self.nodes),
                   "args-json": json.dumps(args or {}), "result": str(result),
                   "timeout-s": float(exchange_timeout or timeout), "wait-s": float(wait_s)}
         cfg.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))

@@ -92,8 +92,10 @@ class FlowerFederation(Federation):
     """A federation over a Flower ``Grid`` (inside a ServerApp)."""
 
     def __init__(self, grid: Grid, handlers: HandlerSet, expected: int, wait_s: float = 120.0,
-                 audit=None, timeout: float | None = DEFAULT_TIMEOUT_S, context: Context | None = None) -> None:
+                 audit=None, timeout: float | None = DEFAULT_TIMEOUT_S, context: Context | None = None,
+                 names: list[str] | None = None) -> None:
         self.grid, self.handlers, self.wait_s, self.context = grid, handlers, wait_s, context
+        self.names = list(names or [])  # the clients expected, if the run config names them
         self.node_of: dict[str, int] = {}
         self.greet(expected, wait_s)
         super().__init__(sorted(self.node_of), audit, timeout)
@@ -114,8 +116,11 @@ class FlowerFederation(Federation):
             if len(self.node_of) >= expected:
                 break
             if time.monotonic() > deadline:
-                raise FedpgmError(f"only {len(self.node_of)} of {expected} SuperNodes connected within "
-                                  f"{wait_s} s; start the missing ones or lower 'clients'")
+                missing = [c for c in self.names if c not in self.node_of]
+                who = f"client(s) {missing} did not connect" if missing else (
+                    f"only {len(self.node_of)} of {expected} SuperNodes connected")
+                raise FedpgmError(f"{who} within {wait_s} s; check each missing SuperNode's --superlink "
+                                  "address, TLS root certificate and registered key, or lower 'clients'")
             time.sleep(0.5)
 
     def admit(self, clients: list[str], wait_s: float | None = None) -> None:
@@ -226,7 +231,8 @@ def server_main(grid: Grid, context: Context) -> None:
     try:
         handlers = load_handlers(str(cfg["handlers"]))
         fed = FlowerFederation(grid, handlers, int(cfg["clients"]), float(cfg.get("wait-s", 120.0)),
-                               timeout=float(cfg.get("timeout-s", DEFAULT_TIMEOUT_S)), context=context)
+                               timeout=float(cfg.get("timeout-s", DEFAULT_TIMEOUT_S)), context=context,
+                               names=[c for c in str(cfg.get("client-ids", "")).split(",") if c])
         result = run_procedure(fed, str(cfg["procedure"]), json.loads(str(cfg.get("args-json", "{}"))))
         result["backend"] = "flower"
     except Exception as e:  # the caller reads the error from the result file and the log
