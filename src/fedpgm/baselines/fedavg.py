@@ -21,7 +21,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
-from fedpgm.federation.shares import share_order, weighted_mean, weighted_share
+from fedpgm.federation.shares import secure_weighted_mean, weighted_share
 
 HANDLERS = HandlerSet("fedavg")
 
@@ -101,13 +101,8 @@ def secure_round(fed: Federation, weights: dict[str, np.ndarray], cfg: dict,
                  rows: dict[str, int]) -> tuple[dict[str, np.ndarray], list[float]]:
     """One round whose row-weighted average the server learns by SecAgg+ only; the average and
     the clients' training seconds."""
-    total = sum(rows.values())
-    group = {k: "all" for k in weights}
-    order = share_order(list(weights), group)
-    requests = {c: (weights, {**cfg, "secure": {"fraction": n / total}}) for c, n in rows.items()}
-    sums, replies = fed.secure_sum("train", order, requests)
-    return weighted_mean(dict(zip(order, sums)), group, 0.5 * min(rows.values()) / total), \
-        [float(r["seconds"]) for r in replies.values()]
+    mean, replies = secure_weighted_mean(fed, "train", weights, cfg, rows, {k: "all" for k in weights})
+    return mean, [float(r["seconds"]) for r in replies.values()]
 
 
 def _empty(schema: Schema):

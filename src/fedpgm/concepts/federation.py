@@ -33,7 +33,7 @@ from fedpgm.data.policy import PolicyRefusal
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
-from fedpgm.federation.shares import share_order, weighted_mean, weighted_share
+from fedpgm.federation.shares import secure_weighted_mean, weighted_share
 
 HANDLERS = HandlerSet("concepts")
 REGIMES = ("centralized", "local", "static", "fcm", "reinit")
@@ -193,16 +193,12 @@ def secure_round(fed, model: ConceptModel, cfg: dict, chosen: list[str], rows: d
     """One round whose module averages the server learns by SecAgg+ only: each client adds its
     parameters times its share of the round's rows, module by module (``weighted_share``); the
     update, and each survivor's reply config."""
-    total = sum(rows.values())
     state = arrays(model)
-    groups = module_groups(model, state)
-    order = share_order(list(state), groups)
-    requests = {c: (state, {**cfg, "secure": {"fraction": rows[c] / total}}) for c in chosen}
-    sums, replies = fed.secure_sum("train", order, requests)
+    update, replies = secure_weighted_mean(fed, "train", state, cfg, rows, module_groups(model, state))
     if len(replies) < (len(chosen) if quorum is None else quorum):
         raise FedpgmError(f"only {len(replies)} of {len(chosen)} clients completed the secure round "
                           f"(needed {len(chosen) if quorum is None else quorum}); see left_out")
-    return weighted_mean(dict(zip(order, sums)), groups, 0.5 * min(rows.values()) / total), replies
+    return update, replies
 
 
 def module_groups(model: ConceptModel, state: dict) -> dict[str, str]:

@@ -40,3 +40,15 @@ def weighted_mean(sums: dict[str, np.ndarray], group_of: dict[str, str], least: 
 def share_order(names: list[str], group_of: dict[str, str]) -> list[str]:
     """The order of a secure sum of ``weighted_share``s over arrays ``names``."""
     return sorted(names) + [f"weight/{g}" for g in sorted(set(group_of.values()))]
+
+
+def secure_weighted_mean(fed, name: str, arrays: dict[str, np.ndarray], config: dict, rows: dict[str, int],
+                         group_of: dict[str, str]) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
+    """One round of ``name`` whose row-weighted mean of ``arrays`` (per group) the server learns
+    by ``fed.secure_sum`` only: each client in ``rows`` (client -> its rows) gets ``config`` plus
+    its share of the rows; returns the mean and each survivor's reply config."""
+    total = sum(rows.values())
+    order = share_order(list(arrays), group_of)
+    requests = {c: (arrays, {**config, "secure": {"fraction": n / total}}) for c, n in rows.items()}
+    sums, replies = fed.secure_sum(name, order, requests)
+    return weighted_mean(dict(zip(order, sums)), group_of, 0.5 * min(rows.values()) / total), replies
