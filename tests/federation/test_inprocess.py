@@ -155,3 +155,21 @@ def test_memo_computes_once_per_key_and_is_never_saved(cancer_parts, tmp_path):
     ctx.check_state()  # cached objects do not make the state unsavable
     save_state(ctx.state, tmp_path)
     assert load_state(tmp_path) == {"n": 3}
+
+
+def test_a_federation_that_fails_to_start_leaves_no_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    from fedpgm.data import load_dataset, partition
+    from fedpgm.errors import FedpgmError
+    from fedpgm.federation import InProcessFederation
+    from fedpgm.federation.diagnostics import HANDLERS
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    part = partition(load_dataset("wine"), "horizontal", 2, seed=0)
+    for handlers, mode, message in (("no.such.module:HANDLERS", "processes", "cannot load handlers"),
+                                    ("no.such.module:HANDLERS", "sequential", "cannot load handlers"),
+                                    (HANDLERS, "processes", "needs handlers as 'package.module:NAME'")):
+        with pytest.raises(FedpgmError, match=message):
+            InProcessFederation(part, handlers, mode=mode)
+    assert list(tmp_path.iterdir()) == []

@@ -142,22 +142,30 @@ class InProcessFederation(Federation):
         super().__init__(ids, audit, timeout)
         self.mode = mode
         self.max_workers = max(1, max_workers or os.cpu_count() or 1)
+        if mode == "sequential":
+            handler_set = load_handlers(handlers) if isinstance(handlers, str) else handlers
+        elif not isinstance(handlers, str):
+            raise FedpgmError("processes mode needs handlers as 'package.module:NAME'")
+        else:
+            load_handlers(handlers)  # fail here, before any folder or worker, not in every worker
         self._own_workdir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="fedpgm-clients-") if workdir is None else workdir)
-        dirs = {c.client_id: self.workdir / c.client_id for c in clients}
-        for d in dirs.values():
-            d.mkdir(parents=True, exist_ok=True)
-        if mode == "sequential":
-            self.handlers = load_handlers(handlers) if isinstance(handlers, str) else handlers
-            self.contexts = {c.client_id: ClientContext(c.client_id, c, dirs[c.client_id])
-                             for c in clients}
-            self.workers: dict[str, Worker] = {}
-        else:
-            if not isinstance(handlers, str):
-                raise FedpgmError("processes mode needs handlers as 'package.module:NAME'")
-            load_handlers(handlers)  # fail here, not in every worker
-            ctx = mp.get_context("fork")
-            self.workers = {c.client_id: Worker(ctx, c, handlers, dirs[c.client_id]) for c in clients}
+        self.workers: dict[str, Worker] = {}
+        try:
+            dirs = {c.client_id: self.workdir / c.client_id for c in clients}
+            for d in dirs.values():
+                d.mkdir(parents=True, exist_ok=True)
+            if mode == "sequential":
+                self.handlers = handler_set
+                self.contexts = {c.client_id: ClientContext(c.client_id, c, dirs[c.client_id])
+                                 for c in clients}
+            else:
+                ctx = mp.get_context("fork")
+                for c in clients:
+                    self.workers[c.client_id] = Worker(ctx, c, handlers, dirs[c.client_id])
+        except BaseException:  # a half-built federation stops what it started and removes its folder
+            self.close()
+            raise
 
     def _exchange(self, requests, names, timeout) -> dict[str, Outcome]:
         if self.mode == "sequential":
