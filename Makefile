@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test,simulation]'
 	# private set intersection; --no-deps: its protobuf==6.30.2 pin conflicts with flwr's, and
 	# it runs with the protobuf flwr brings (checked by tests/federation/test_psi.py)
 	$(BIN)/python -m pip install --quiet --no-deps openmined-psi==2.0.6

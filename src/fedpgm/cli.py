@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from fedpgm.federation.apps import BACKEND_HELP, check_backend
 from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe,  # noqa: F401
                                QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
                                console, load, prepare_outputs, print_communication)
@@ -144,7 +145,7 @@ app.add_typer(federation_app, name="federation")
 @federation_app.command("moments")
 def federation_moments(
     partition_dir: Path,
-    backend: Annotated[str, typer.Option(help="inprocess or flower (a loopback deployment)")] = "inprocess",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "inprocess",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here")] = None,
 ) -> None:
     """Federated mean/covariance over client CSVs written by `fedpgm partition` (the
@@ -159,14 +160,12 @@ def federation_moments(
     if backend == "inprocess":
         with InProcessFederation(read_partition(partition_dir), handlers) as fed:
             result = federated_moments(fed)
-    elif backend == "flower":
+    elif check_backend(backend) in ("flower", "simulation"):
         from fedpgm.federation.deploy import LoopbackDeployment
 
         with console.status("starting a SuperLink and SuperNodes on 127.0.0.1 ..."):
-            with LoopbackDeployment(partition_dir) as dep:
-                result = dep.run("fedpgm.federation.reference:federated_moments", handlers)
-    else:
-        raise FedpgmError(f"unknown backend '{backend}'; use inprocess or flower")
+            with LoopbackDeployment(partition_dir, simulation=backend == "simulation") as dep:
+                result = dep.run("moments", "moments")
     console.print(f"{result['n']} rows over {len(result['clients'])} clients; "
                   f"{len(result['columns'])} columns")
     for name, mean in list(zip(result["columns"], result["mean"]))[:5]:

@@ -1,3 +1,4 @@
+import importlib.util
 from dataclasses import replace
 
 import pytest
@@ -28,3 +29,20 @@ def test_fcm_on_flower_with_secure_aggregation_matches_in_process():
     assert remote["rounds"] == local["rounds"] and remote["coverage"] == local["coverage"]
     assert remote["task_accuracy"] == pytest.approx(local["task_accuracy"], abs=0.01)
     assert remote["val_task_loss"] == pytest.approx(local["val_task_loss"], abs=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray (fedpgm[simulation]) is not installed")
+def test_fcm_on_the_simulation_runtime_matches_in_process():
+    """Flower's Simulation Runtime runs every client's node from the start; the late clients
+    still join at the join round, and the rounds give the in-process model."""
+    data = make_concept_data("asia", rows=1000, seed=1)
+    rounds = RoundSettings(kind="cgm", regime="fcm", rounds=3, per_round=2, join_round=2, patience=3, hidden=8,
+                           emb=4, train=TrainSettings(epochs=1, batch_size=256))
+    _, local = run_fcm(FCMSettings(network="asia", clients=4, rounds=rounds), data=data)
+    _, remote = run_fcm(FCMSettings(network="asia", clients=4, rounds=rounds, backend="simulation"), data=data)
+    assert remote["backend"] == "simulation"
+    assert remote["joins"][0]["added"] == local["joins"][0]["added"]
+    assert remote["rounds"] == local["rounds"] and remote["coverage"] == local["coverage"]
+    assert remote["val_task_loss"] == pytest.approx(local["val_task_loss"], abs=1e-4)  # float32, other threads
+    assert remote["bytes_up"] == local["bytes_up"]

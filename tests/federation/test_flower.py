@@ -1,5 +1,6 @@
 """End to end on a real loopback deployment: a SuperLink and 3 SuperNodes on 127.0.0.1."""
 
+import importlib.util
 import os
 import socket
 import time
@@ -17,6 +18,8 @@ from fedpgm.federation.reference import federated_moments
 
 REF_PROC = "fedpgm.federation.reference:federated_moments"
 REF = "fedpgm.federation.reference:HANDLERS"
+NO_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                            reason="Ray (pip install 'fedpgm[simulation]') is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +54,24 @@ def test_reference_on_flower_equals_in_process(parts, tmp_path):
     np.testing.assert_allclose(remote["mean"], local["mean"], rtol=1e-12)
     np.testing.assert_allclose(remote["cov"], local["cov"], rtol=1e-12)
     assert remote["communication"] == local["communication"]  # same codec, same bytes
+
+
+@pytest.mark.slow
+@NO_RAY
+def test_reference_on_the_simulation_runtime_equals_in_process(parts, tmp_path):
+    """`flwr run` on a SuperLink in simulation mode (Ray): the in-process numbers, and no process
+    of the SuperLink, flower-superexec, flwr-simulation or Ray outlives the deployment."""
+    part, folder = parts
+    with InProcessFederation(part, REF, mode="sequential") as fed:
+        local = federated_moments(fed)
+    with LoopbackDeployment(folder, workdir=tmp_path / "dep", simulation=True) as dep:
+        assert "--simulation" in dep.superlink.args and not dep.nodes
+        remote = dep.run("moments", "moments", timeout=240)
+        helpers = deploy.descendant_groups(dep.pids) - set(dep.pids)
+    assert_all_stopped(dep.pids + sorted(helpers))
+    assert remote["backend"] == "simulation" and remote["clients"] == local["clients"]
+    np.testing.assert_allclose(remote["mean"], local["mean"], rtol=1e-12)
+    assert remote["communication"] == local["communication"]
 
 
 def test_each_supernode_reads_a_manifest_of_its_own_part_only(parts, tmp_path):
@@ -211,3 +232,40 @@ def test_supernodes_that_never_connect_are_named(monkeypatch):
     with pytest.raises(FedpgmError, match=r"client\(s\) \['client-1', 'client-2'\] did not connect within 1.0 s; "
                                           "check each missing SuperNode's --superlink address, TLS root"):
         FlowerFederation(OneNodeGrid(), HANDLERS, 3, wait_s=1.0, names=["client-0", "client-1", "client-2"])
+
+
+def test_a_run_config_names_registered_families_and_procedures_only():
+    """A SuperNode imports only fedpgm's registered handlers: a run config that names an import
+    path or an unknown family is refused; the library's own paths map to their names."""
+    from fedpgm.federation.apps import handlers_path, name_of, procedure_path, HANDLERS, PROCEDURES
+
+    assert handlers_path("fedpc") == "fedpgm.fedpc.client:HANDLERS"
+    assert procedure_path("moments") == REF_PROC
+    assert name_of(REF, HANDLERS, "handler family") == "moments"
+    assert name_of("fedpgm.fedpc.experiment:flower_procedure", PROCEDURES, "procedure") == "fedpc"
+    with pytest.raises(FedpgmError, match="handler family 'fedpgm.fedpc.client:HANDLERS' cannot run on Flower"):
+        handlers_path("fedpgm.fedpc.client:HANDLERS")  # what a server could have sent before
+    with pytest.raises(FedpgmError, match="procedure 'os:system' cannot run on Flower; use one of moments"):
+        procedure_path("os:system")
+
+
+def test_a_simulated_node_serves_the_client_of_its_partition_id(parts, tmp_path):
+    from flwr.app import Context, RecordDict
+
+    from fedpgm.federation.flower import node_context
+
+    part, folder = parts
+    run_config = {"simulation-partition": str(folder), "simulation-workdir": str(tmp_path / "sim")}
+    ctx = node_context(Context(run_id=3, node_id=9, node_config={"partition-id": 2, "num-partitions": 3},
+                               state=RecordDict(), run_config=run_config))
+    assert ctx.client_id == "client-2" and len(ctx.data.train) == len(part.clients[2].train)
+    assert ctx.workdir == tmp_path / "sim" / "clients" / "client-2" / "run-3"
+    with pytest.raises(FedpgmError, match="simulated SuperNode 5 has no client: .* holds 3; set num-supernodes to 3"):
+        node_context(Context(run_id=3, node_id=9, node_config={"partition-id": 5}, state=RecordDict(),
+                             run_config=run_config))
+    with pytest.raises(FedpgmError, match="needs run config simulation-partition"):
+        node_context(Context(run_id=3, node_id=9, node_config={"partition-id": 0}, state=RecordDict(),
+                             run_config={}))
+    with pytest.raises(FedpgmError, match="runs every client of the partition"):
+        LoopbackDeployment(folder, clients=["client-0"], simulation=True)
+

@@ -1,6 +1,6 @@
 """Three institutions on a real loopback deployment with TLS and SuperNode authentication: a
 vertical FedPC fit over parties whose row ids differ, aligned by PSI, equals the in-process fit;
-an unregistered key and a plain-text SuperNode are refused. docs/runtime.md's walk-through is
+an unregistered key, a plain-text SuperNode and one that trusts another CA are refused. docs/runtime.md's walk-through is
 these commands."""
 
 import signal
@@ -25,6 +25,7 @@ def test_fedpc_over_tls_with_node_auth_psi_and_intruders_refused(tmp_path):
     part.write(tmp_path / "parts")
     pki = write_pki(tmp_path / "pki", [c.client_id for c in part.clients])
     write_node_keys(pki.folder, "intruder")  # a key pair nobody registered
+    other = write_pki(tmp_path / "other-pki", ["client-1"])  # a CA the SuperLink's certificate is not from
     np.savez(tmp_path / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
     args = {"fit": settings.fit_args(), "test": str(tmp_path / "test.npz"), "columns": ds.schema.names,
             "target": ds.schema.label, "out": None, "method": "fedpc"}
@@ -39,17 +40,22 @@ def test_fedpc_over_tls_with_node_auth_psi_and_intruders_refused(tmp_path):
                                                str(pki.node_key("client-0")))]
         plain.insert(1, "--insecure")
         plaintext = start(plain, tmp_path / "plain.log", dep.env)
+        wrong_ca = dep.supernode_args("client-1", free_port(), config.replace("intruder", "wrong-ca"))
+        wrong_ca[wrong_ca.index("--root-certificates") + 1] = str(other.ca)
+        mismatched = start(wrong_ca, tmp_path / "wrong-ca.log", dep.env)
         try:
             assert intruder.wait(timeout=120) != 0
             assert "Failed to activate SuperNode" in (tmp_path / "intruder.log").read_text(errors="replace")
             time.sleep(10)
             assert plaintext.poll() is None  # it keeps knocking, and never gets in
             assert "Connection attempt failed" in (tmp_path / "plain.log").read_text(errors="replace")
+            assert mismatched.wait(timeout=60) != 0  # the registered key, but not the federation's CA
+            assert "CERTIFICATE_VERIFY_FAILED" in (tmp_path / "wrong-ca.log").read_text(errors="replace")
             listed = subprocess.run([flwr_tool("flwr"), "supernode", "list", "loopback", "--format", "json"],
                                     env=dep.env, cwd=dep.workdir, capture_output=True, text=True, timeout=60).stdout
             assert listed.count('"online"') == 3, listed  # the three registered clients only
         finally:
-            for p in (intruder, plaintext):
+            for p in (intruder, plaintext, mismatched):
                 kill_group(p, signal.SIGKILL)
                 p.wait(10)
     _, local = run_fedpc(ds, settings)

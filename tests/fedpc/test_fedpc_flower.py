@@ -1,3 +1,5 @@
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -35,3 +37,16 @@ def test_fcdt_on_flower_gives_the_in_process_model(tmp_path):
     a, b = TreeCircuit.load(tmp_path / "local"), TreeCircuit.load(tmp_path / "flower")
     np.testing.assert_array_equal(a.predict_proba(ds.test), b.predict_proba(ds.test))
 
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray (fedpgm[simulation]) is not installed")
+def test_fedpc_on_the_simulation_runtime_gives_the_in_process_model(tmp_path):
+    ds = load_dataset("breast_cancer", seed=0)
+    settings = dict(split="horizontal", clients=3, clusters=2, seed=0, centralized=False,
+                    params={"min_instances_slice": 50})
+    _, local = run_fedpc(ds, FitSettings(backend="inprocess", **settings))
+    _, remote = run_fedpc(ds, FitSettings(backend="simulation", **settings))
+    assert remote["backend"] == "simulation"
+    assert remote["test_loglik"] == pytest.approx(local["test_loglik"], rel=1e-10)
+    assert remote["bytes_up"] == local["bytes_up"]

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from fedpgm.federation.apps import BACKEND_HELP
 from fedpgm.cli_common import Force, Seed, Timeout, check_timeout, console, prepare_outputs
 from fedpgm.errors import FedpgmError
 
@@ -35,7 +36,7 @@ def fit(
     rows: Annotated[Optional[int], typer.Option(help="Rows sampled from the network")] = None,
     perturbed_clients: Annotated[float, typer.Option(help="Fraction r of clients with perturbed graphs")] = 0.0,
     perturbed_edges: Annotated[float, typer.Option(help="Fraction p of their edges perturbed")] = 0.0,
-    backend: Annotated[str, typer.Option(help="inprocess or flower (a loopback deployment)")] = "inprocess",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "inprocess",
     dp_epsilon: Annotated[Optional[float], typer.Option(help="DP-SGD on client updates (Opacus): target "
                                                             "epsilon per client, delta 1e-5, clip 1.0")] = None,
     dp_scope: Annotated[str, typer.Option(help="What --dp-epsilon bounds: a client's whole 'training' "

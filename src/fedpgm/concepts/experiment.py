@@ -28,8 +28,9 @@ from fedpgm.data.partition import ClientData, Partition
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
-from fedpgm.federation.lifecycle import private_tempdir
+from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
+from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.federation.privacy import PrivacyAudit
 
 
@@ -42,7 +43,7 @@ class FCMSettings:
     held_back: float = 0.3
     perturbed_clients: float = 0.0  # r
     perturbed_edges: float = 0.0  # p
-    backend: str = "inprocess"  # or "flower": a loopback deployment, one SuperNode per client
+    backend: str = "inprocess"  # "flower": a loopback deployment, one SuperNode per client; "simulation"
     rounds: RoundSettings = field(default_factory=RoundSettings)
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
 
@@ -95,17 +96,16 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     r = s.rounds
     if r.regime not in ("centralized", "local", "static", "fcm", "reinit"):
         raise FedpgmError(f"unknown regime '{r.regime}'; use centralized, local, static, fcm or reinit")
-    if s.backend not in ("inprocess", "flower"):
-        raise FedpgmError(f"unknown backend '{s.backend}'; use inprocess or flower")
-    if s.backend == "flower" and r.regime not in ("static", "fcm", "reinit"):
-        raise FedpgmError(f"the {r.regime} regime trains in one place; --backend flower is for static, fcm, reinit")
+    if check_backend(s.backend) != "inprocess" and r.regime not in ("static", "fcm", "reinit"):
+        raise FedpgmError(f"the {r.regime} regime trains in one place; --backend {s.backend} is for static, "
+                          "fcm, reinit")
     if r.dp_scope not in DP_SCOPES:
         raise FedpgmError(f"unknown DP scope '{r.dp_scope}'; use one of {DP_SCOPES}")
     if not r.train.lr > 0:
         raise FedpgmError(f"--lr {r.train.lr}: the learning rate must be positive (e.g. 1e-3)")
     if r.per_round > s.clients:
         raise FedpgmError(f"--per-round {r.per_round} exceeds --clients {s.clients}; lower it")
-    if r.secure_aggregation and s.backend != "flower":
+    if r.secure_aggregation and s.backend == "inprocess":
         raise FedpgmError("--secure-aggregation runs on the Flower backend only (SecAgg+ needs separate "
                           "parties holding their own keys); add --backend flower")
     if r.secure_aggregation and r.per_round < 2:
@@ -121,8 +121,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     all_graphs = [from_edge_list(c.meta[GRAPH]) for c in clients]
     sizes = [len(c.train) for c in clients]
     if r.regime in ("static", "fcm", "reinit"):
-        if s.backend == "flower":
-            out = run_flower(clients, initial, late, d, val, r, s.timeout)
+        if s.backend != "inprocess":
+            out = run_flower(clients, initial, late, d, val, r, s.timeout, simulation=s.backend == "simulation")
         else:
             audit = PrivacyAudit(clients)
             with InProcessFederation(clients, HANDLERS, mode="sequential", audit=audit, timeout=s.timeout) as fed:
@@ -201,10 +201,13 @@ def run_fcm_tuned(s: FCMSettings, lrs: list[float], data: ConceptData | None = N
 
 
 def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d: ConceptData,
-               val: tuple[np.ndarray, np.ndarray], r: RoundSettings, timeout: float = DEFAULT_TIMEOUT_S) -> dict:
+               val: tuple[np.ndarray, np.ndarray], r: RoundSettings, timeout: float = DEFAULT_TIMEOUT_S,
+               simulation: bool = False) -> dict:
     """The same rounds on a loopback Flower deployment (SuperLink + one SuperNode per client);
     each node holds only its CSV and its concept graph (manifest ``meta``). The ``late`` clients'
-    SuperNodes start only when the server reaches the join round and waits for them."""
+    SuperNodes start only when the server reaches the join round and waits for them. With
+    ``simulation``, Flower's Simulation Runtime runs every client's node from the start (the
+    late ones are still addressed only from the join round)."""
     from fedpgm.federation.deploy import LoopbackDeployment
 
     full = Schema(tuple({f.name: f for c in clients for f in c.schema.features}.values()))
@@ -214,10 +217,11 @@ def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d
         np.savez(tmp / "val.npz", x=val[0], y=val[1])
         args = {"initial": initial, "late": late, "cards": d.cards, "task": d.task, "input_dim": int(d.x.shape[1]),
                 "val": str(tmp / "val.npz"), "settings": asdict(r), "out": str(tmp / "model")}
-        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower", clients=initial) as dep:
-            run = dep.submit("fedpgm.concepts.experiment:flower_procedure", "fedpgm.concepts.federation:HANDLERS",
-                             args, clients=len(initial), timeout=max(3600.0, timeout), exchange_timeout=timeout)
-            if late:  # the late clients' SuperNodes connect when the server asks for them
+        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower", clients=None if simulation else initial,
+                                simulation=simulation) as dep:
+            run = dep.submit("concepts", "concepts", args, clients=len(initial), timeout=max(3600.0, timeout),
+                             exchange_timeout=timeout)
+            if late and not simulation:  # the late clients' SuperNodes connect when the server asks for them
                 run.wait_for("waiting for clients", timeout=3600)
                 for c in late:
                     dep.start_node(c)

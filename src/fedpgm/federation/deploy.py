@@ -8,10 +8,17 @@ also registered with this process's reaper (``lifecycle.guard``), so a SIGKILL o
 still stops them. A run fails within seconds when ``flwr run`` or the SuperLink exits without a
 result. The same commands with TLS and SuperNode authentication work across machines:
 see ``docs/runtime.md``.
+
+With ``simulation=True`` the SuperLink runs Flower's Simulation Runtime (``--simulation``, Ray
+inside ``flwr-simulation``) instead of separate SuperNodes: ``flwr run`` asks for one simulated
+node per client of the partition (``--federation-config num-supernodes=K``), and node ``i``
+serves the ``i``-th client (``fedpgm.federation.flower.simulated_node_config``). Same app, same
+handlers, same numbers; it needs ``pip install 'fedpgm[simulation]'`` (Ray).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -30,6 +37,7 @@ from pathlib import Path
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
+from fedpgm.federation.apps import HANDLERS, PROCEDURES, name_of
 from fedpgm.federation.lifecycle import guard
 from fedpgm.federation.pki import Pki
 from fedpgm.federation.reaper import alive as group_alive
@@ -96,7 +104,8 @@ class LoopbackDeployment:
 
     def __init__(self, partition_dir: str | Path, workdir: str | Path | None = None,
                  clients: list[str] | None = None, port: int | None = None,
-                 policies: dict[str, ClientPolicy] | None = None, pki: Pki | None = None) -> None:
+                 policies: dict[str, ClientPolicy] | None = None, pki: Pki | None = None,
+                 simulation: bool = False) -> None:
         self.partition_dir = Path(partition_dir).resolve()
         manifest = self.partition_dir / "manifest.json"
         if not manifest.is_file():
@@ -108,6 +117,8 @@ class LoopbackDeployment:
         unknown = [c for c in self.client_ids if c not in self.files]
         if unknown:
             raise FedpgmError(f"no client(s) {unknown} in {manifest}; it has {list(self.files)}")
+        if simulation:
+            check_simulation(self.client_ids, list(self.files), pki, policies)
         self.own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fedpgm-flower-")).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -124,6 +135,7 @@ class LoopbackDeployment:
         if port is not None and port_open(port):
             raise FedpgmError(f"port {port} on 127.0.0.1 is in use; choose another or leave it unset")
         self.port = port or 0
+        self.simulation = simulation
 
     # -- processes --------------------------------------------------------------------------
     def spawn(self, args: list[str], log: str, env: dict | None = None) -> subprocess.Popen:
@@ -137,7 +149,8 @@ class LoopbackDeployment:
                      "--ssl-keyfile", str(self.pki.server_key), "--enable-supernode-auth"])
         self.superlink = self.spawn(
             [flwr_tool("flower-superlink"), *security, "--host", "127.0.0.1", "--port", str(self.port),
-             "--disable-runtime-dependency-installation"], "superlink.log")
+             "--disable-runtime-dependency-installation", *(["--simulation"] if self.simulation else [])],
+            "superlink.log")
         self.wait_port(self.port, self.superlink, "superlink.log", timeout)
         home = Path(self.env["FLWR_HOME"])
         home.mkdir(parents=True, exist_ok=True)
@@ -145,6 +158,8 @@ class LoopbackDeployment:
             f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
             f'address = "127.0.0.1:{self.port}"\n'
             + ("insecure = true\n" if self.pki is None else f'root-certificates = "{self.pki.ca}"\n'))
+        if self.simulation:  # the SuperLink simulates the nodes itself
+            return self
         for cid in self.client_ids:
             self.register(cid)
             self.start_node(cid, wait=False)
@@ -240,17 +255,23 @@ class LoopbackDeployment:
         for run in self.runs:
             run.stop()
         procs = [n.process for n in self.nodes.values()] + ([self.superlink] if self.superlink else [])
-        for p in procs:
-            kill_group(p, signal.SIGTERM)
+        # Flower's helpers (flower-superexec, flwr-simulation and its Ray processes) run in
+        # sessions of their own: found now, stopped with the processes that started them
+        helpers = descendant_groups([p.pid for p in procs]) - {p.pid for p in procs}
+        groups = [p.pid for p in procs] + sorted(helpers)
+        for g in groups:
+            signal_group(g, signal.SIGTERM)
         deadline = time.monotonic() + 10
         for p in procs:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            while group_alive(p.pid) and time.monotonic() < deadline:
-                time.sleep(0.1)  # Flower's helper processes leave on their own within seconds
-            kill_group(p, signal.SIGKILL)
+        for g in groups:
+            while group_alive(g) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            signal_group(g, signal.SIGKILL)
+        for p in procs:
             guard().forget_group(p.pid)
         if self.own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -274,13 +295,20 @@ class LoopbackDeployment:
         bounds each exchange with the clients unless ``exchange_timeout`` is given."""
         result = self.workdir / f"result-{time.time_ns()}.json"
         cfg = self.workdir / "run-config.toml"
-        values = {"procedure": procedure, "handlers": handlers, "clients": clients or len(self.nodes),
-                  "client-ids": ",".join(self.nodes),
+        names = list(self.client_ids if self.simulation else self.nodes)
+        values = {"procedure": name_of(procedure, PROCEDURES, "procedure"),
+                  "handlers": name_of(handlers, HANDLERS, "handler family"), "clients": clients or len(names),
+                  "client-ids": ",".join(names),
                   "args-json": json.dumps(args or {}), "result": str(result),
                   "timeout-s": float(exchange_timeout or timeout), "wait-s": float(wait_s)}
+        if self.simulation:
+            values.update({"simulation-partition": str(self.partition_dir),
+                           "simulation-workdir": str(self.workdir / "simulation")})
         cfg.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
         log = self.workdir / f"flwr-run-{result.stem}.log"
         cmd = [flwr_tool("flwr"), "run", str(app_dir()), "loopback", "--stream", "--run-config", str(cfg)]
+        if self.simulation:  # one simulated node per client, one CPU each
+            cmd += ["--federation-config", f"num-supernodes={len(names)} client-resources-num-cpus=1"]
         with open(log, "ab") as out:
             proc = start_guarded(cmd, out, self.env, self.workdir)
         self.runs.append(Run(proc, result, log, self.superlink))
@@ -368,6 +396,19 @@ class Run:
         guard().forget_group(self.process.pid)
 
 
+def check_simulation(clients: list[str], partition: list[str], pki, policies) -> None:
+    """The Simulation Runtime runs every client of the partition, in its order, in plain text
+    with default policies (it has no per-node settings); anything else is refused up front."""
+    if clients != partition:
+        raise FedpgmError(f"the Simulation Runtime runs every client of the partition ({partition}); "
+                          "write a partition with just the clients wanted")
+    if pki is not None or policies:
+        raise FedpgmError("TLS and per-client policies need real SuperNodes; drop simulation=True")
+    if importlib.util.find_spec("ray") is None:
+        raise FedpgmError("the Simulation Runtime needs Ray; install it with "
+                          "pip install -c constraints.txt 'fedpgm[simulation]'")
+
+
 def start_guarded(args: list[str], out, env: dict, cwd: Path) -> subprocess.Popen:
     """Start ``args`` in its own session, logging to ``out``, its group registered with the
     reaper (so it dies with this process, however this process ends)."""
@@ -379,7 +420,32 @@ def start_guarded(args: list[str], out, env: dict, cwd: Path) -> subprocess.Pope
 
 def kill_group(proc: subprocess.Popen, sig: int) -> None:
     """Signal a process's whole group (it was started in its own session)."""
+    signal_group(proc.pid, sig)
+
+
+def signal_group(pgid: int, sig: int) -> None:
     try:
-        os.killpg(proc.pid, sig)
+        os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def descendant_groups(roots: list[int]) -> set[int]:
+    """The process groups of every descendant of ``roots`` (from Linux's /proc; none elsewhere)."""
+    parent_group: dict[int, tuple[int, int]] = {}
+    proc = Path("/proc")
+    for d in proc.iterdir() if proc.is_dir() else []:
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+                parent_group[int(d.name)] = (int(fields[1]), int(fields[2]))
+            except (OSError, ValueError, IndexError):
+                continue  # (a process that just exited)
+    found: set[int] = set()
+    frontier = set(roots)
+    while frontier:
+        children = {pid for pid, (ppid, _) in parent_group.items() if ppid in frontier} - found
+        found |= children
+        frontier = children
+    return {parent_group[pid][1] for pid in found}

@@ -2,8 +2,9 @@
 run by a Flower ServerApp and ClientApp across processes or machines.
 
 - ``server_app`` (``@server_app.main()`` on a ``Grid``) reads its run config: ``procedure``
-  (``"module:function"``, called as ``procedure(federation, **args)``), ``handlers``
-  (``"module:NAME"``), ``clients`` (how many SuperNodes to wait for), ``args-json``,
+  (a name in ``fedpgm.federation.apps.PROCEDURES``, called as ``procedure(federation, **args)``),
+  ``handlers`` (a family in ``apps.HANDLERS``: a run config never names an import path, so a
+  SuperNode imports only fedpgm's own handlers), ``clients`` (how many SuperNodes to wait for), ``args-json``,
   optionally ``result`` (path of a JSON result file on the ServerApp's host), ``timeout-s``
   (the deadline of each exchange) and ``wait-s`` (how long to wait for SuperNodes to connect).
   The result also ends the run's log as one ``fedpgm-result: {...}`` line, so an analyst who
@@ -13,8 +14,12 @@ run by a Flower ServerApp and ClientApp across processes or machines.
   SuperNode loads only its own data, from its node config: ``client-id``, ``data`` (its CSV,
   as written by ``fedpgm partition``), ``schema`` (``manifest.json`` or a schema JSON) and
   ``workdir`` (its state is kept between messages in ``workdir/run-<run id>``, one folder per
-  run, since Flower starts a new process per message) and optionally ``policy``, the node's own privacy policy as a JSON object
-  (``fedpgm.data.policy``; defaults apply without it).
+  run, since Flower starts a new process per message) and optionally ``policy``, the node's own
+  privacy policy as a JSON object (``fedpgm.data.policy``; defaults apply without it).
+- Under the Simulation Runtime (``flower-superlink --simulation``) a node has only Flower's
+  ``partition-id``; the run config's ``simulation-partition`` (a folder written by ``fedpgm
+  partition``) and ``simulation-workdir`` then give node ``i`` the ``i``-th client of that
+  folder's manifest (``simulated_node_config``), each node still loading only its own CSV.
 - Payloads travel as native records: the message's arrays in an ``ArrayRecord`` (one ``Array``
   each, so Flower's mods see them), its name and JSON config in a ``ConfigRecord``. The codec
   stays the one description of a message: each side turns the records back into codec bytes,
@@ -48,6 +53,8 @@ from fedpgm.data.policy import ClientPolicy  # noqa: E402
 from fedpgm.data.schema import Schema  # noqa: E402
 from fedpgm.errors import FedpgmError  # noqa: E402
 from fedpgm.files import write_text_atomic  # noqa: E402
+from fedpgm.federation.apps import HANDLERS as FAMILIES  # noqa: E402
+from fedpgm.federation.apps import handlers_path, procedure_path  # noqa: E402
 from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation, Outcome,  # noqa: E402
                                     Payload)
 from fedpgm.federation.codec import CodecError, Message, decode, encode  # noqa: E402
@@ -55,10 +62,6 @@ from fedpgm.federation.handlers import (ClientContext, HandlerSet, load_handlers
                                         load_state, save_state)
 from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
 
-# Handler sets the ClientApp can route to (Flower needs every route at import time).
-KNOWN_HANDLERS = ["fedpgm.federation.reference:HANDLERS", "fedpgm.federation.diagnostics:HANDLERS",
-                  "fedpgm.fedpc.client:HANDLERS", "fedpgm.ngm.client:HANDLERS",
-                  "fedpgm.concepts.federation:HANDLERS"]
 HELLO = "fedpgm_hello"
 NODE_UNAVAILABLE = 5  # flwr.common.constant.ErrorCode.NODE_UNAVAILABLE
 POLL_S = 0.05
@@ -229,12 +232,12 @@ def server_main(grid: Grid, context: Context) -> None:
     cfg = context.run_config
     result_path = Path(str(cfg["result"])) if str(cfg.get("result", "")) else None
     try:
-        handlers = load_handlers(str(cfg["handlers"]))
+        handlers = load_handlers(handlers_path(str(cfg["handlers"])))
         fed = FlowerFederation(grid, handlers, int(cfg["clients"]), float(cfg.get("wait-s", 120.0)),
                                timeout=float(cfg.get("timeout-s", DEFAULT_TIMEOUT_S)), context=context,
                                names=[c for c in str(cfg.get("client-ids", "")).split(",") if c])
-        result = run_procedure(fed, str(cfg["procedure"]), json.loads(str(cfg.get("args-json", "{}"))))
-        result["backend"] = "flower"
+        result = run_procedure(fed, procedure_path(str(cfg["procedure"])), json.loads(str(cfg.get("args-json", "{}"))))
+        result["backend"] = "simulation" if str(cfg.get("simulation-partition", "")) else "flower"
     except Exception as e:  # the caller reads the error from the result file and the log
         if result_path is not None:
             write_json_atomic(result_path, {"error": f"{type(e).__name__}: {e}"})
@@ -249,9 +252,35 @@ def server_main(grid: Grid, context: Context) -> None:
         write_json_atomic(result_path, result)
 
 
+def simulated_node_config(partition_id: int, run_config) -> dict:
+    """A simulated SuperNode's node config: the ``partition_id``-th client of the run config's
+    ``simulation-partition`` folder, its state under ``simulation-workdir``."""
+    if not str(run_config.get("simulation-partition", "")):
+        raise FedpgmError("a Simulation Runtime run needs run config simulation-partition (a folder "
+                          "written by `fedpgm partition`) and simulation-workdir; see docs/runtime.md")
+    folder = Path(str(run_config["simulation-partition"]))
+    entries = json.loads((folder / "manifest.json").read_text())["clients"]
+    if not 0 <= partition_id < len(entries):
+        raise FedpgmError(f"simulated SuperNode {partition_id} has no client: {folder} holds "
+                          f"{len(entries)}; set num-supernodes to {len(entries)}")
+    cid = entries[partition_id]["id"]
+    return {"client-id": cid, "data": str(folder / entries[partition_id]["train_file"]),
+            "schema": str(folder / "manifest.json"),
+            "workdir": str(Path(str(run_config["simulation-workdir"])) / "clients" / cid)}
+
+
+def node_config(context: Context) -> dict:
+    """The node's fedpgm settings: its node config, or under the Simulation Runtime (a
+    ``partition-id`` and no ``client-id``) the simulated one."""
+    nc = dict(context.node_config)
+    if "client-id" not in nc and "partition-id" in nc:
+        return simulated_node_config(int(nc["partition-id"]), context.run_config)
+    return nc
+
+
 def node_context(context: Context) -> ClientContext:
     """This SuperNode's client id, its data (its own CSV only) and its state from disk."""
-    nc = context.node_config
+    nc = node_config(context)
     missing = [k for k in ("client-id", "data", "schema", "workdir") if k not in nc]
     if missing:
         raise FedpgmError(f"SuperNode node-config lacks {missing}; see docs/runtime.md")
@@ -274,12 +303,12 @@ client_app = ClientApp()
 
 @client_app.query(HELLO)
 def hello(msg: FlowerMessage, context: Context) -> FlowerMessage:
-    cid = str(context.node_config.get("client-id", ""))
+    cid = str(node_config(context).get("client-id", ""))
     return FlowerMessage(RecordDict({"hello": ConfigRecord({"client-id": cid})}), reply_to=msg)
 
 
 def route(msg: FlowerMessage, context: Context) -> FlowerMessage:
-    handlers = load_handlers(str(context.run_config["handlers"]))
+    handlers = load_handlers(handlers_path(str(context.run_config["handlers"])))
     ctx = node_context(context)
     status, payload = serve_one(handlers, ctx, from_record(msg.content))
     if status != OK:
@@ -294,7 +323,7 @@ def secure_route(msg: FlowerMessage, context: Context) -> FlowerMessage:
     request inside runs through the same handlers, policy and audit as any other."""
     from fedpgm.federation.secagg import client_reply
 
-    handlers = load_handlers(str(context.run_config["handlers"]))
+    handlers = load_handlers(handlers_path(str(context.run_config["handlers"])))
     ctx = node_context(context)
     reply = client_reply(msg, lambda request: handlers.handle(request, ctx))
     save_state(ctx.state, ctx.workdir)
@@ -310,4 +339,4 @@ def register_routes(app: ClientApp, handler_paths: list[str]) -> None:
                 getattr(app, kind)(name)(route)
 
 
-register_routes(client_app, KNOWN_HANDLERS)
+register_routes(client_app, list(FAMILIES.values()))

@@ -10,6 +10,7 @@ from rich import box
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedpgm.federation.apps import BACKEND_HELP
 from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe, QueryColumns, Rows,
                                SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
                                console, load, prepare_outputs, print_communication)
@@ -67,7 +68,7 @@ def fit(
                                                "log-likelihood kept")] = 1,
     placement: Annotated[str, typer.Option(help="server (clients send circuits) or split (clients keep "
                                                 "them; queries go to the clients)")] = "server",
-    backend: Annotated[str, typer.Option(help="inprocess or flower (a loopback deployment)")] = "inprocess",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "inprocess",
     scheme: Annotated[Optional[str], typer.Option(help="horizontal: iid, label-skew, dirichlet")] = None,
     label_to: Annotated[Optional[str], typer.Option(help="vertical/hybrid: client id or 'all'")] = None,
     shared: Annotated[Optional[int], typer.Option(help="hybrid: number of shared columns")] = None,

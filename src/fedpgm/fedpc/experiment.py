@@ -25,6 +25,7 @@ from fedpgm.data import partition
 from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
+from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.fedpc.model import FedPC
@@ -33,7 +34,6 @@ from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
 from fedpgm.threads import one_thread
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
-BACKENDS = ("inprocess", "flower")
 FCDT_PARAMS = ("max_depth", "min_samples_leaf", "combine", "trees", "ensemble")
 
 
@@ -121,8 +121,7 @@ def flower_procedure(fed, fit: dict, test: str, columns: list[str], target: str 
 def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
               mode: str = "processes") -> tuple[FedPC | None, dict]:
     """Partition, fit, evaluate (and save to ``out``); see the module doc for the report."""
-    if settings.backend not in BACKENDS:
-        raise FedpgmError(f"unknown backend '{settings.backend}'; use inprocess or flower")
+    check_backend(settings.backend)
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     label = ds.schema.label
     wall = time.perf_counter()
@@ -174,8 +173,7 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     and ``trees`` (per client). A classifier: the report has no log-likelihoods."""
     if ds.schema.label is None:
         raise FedpgmError(f"FC[DT] is a classifier; {ds.name} has no label (choose one with --label)")
-    if settings.backend not in BACKENDS:
-        raise FedpgmError(f"unknown backend '{settings.backend}'; use inprocess or flower")
+    check_backend(settings.backend)
     args = fcdt_args(settings)
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     wall = time.perf_counter()
@@ -209,7 +207,8 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
 
 def fit_flower(part, ds: Dataset, settings: FitSettings, keep_model: bool = False, method: str = "fedpc"
                ) -> tuple[dict, np.ndarray | None, np.ndarray | None, FedPC | TreeCircuit | None]:
-    """The same fit on a loopback Flower deployment (SuperLink + one SuperNode per client):
+    """The same fit on a loopback Flower deployment (SuperLink + one SuperNode per client, or
+    the Simulation Runtime with ``backend="simulation"``):
     the fit's info, test log-likelihoods (FedPC only), class probabilities and, with
     ``keep_model``, the model (saved by the ServerApp, read back here)."""
     from fedpgm.federation.deploy import LoopbackDeployment
@@ -221,7 +220,8 @@ def fit_flower(part, ds: Dataset, settings: FitSettings, keep_model: bool = Fals
         fit = fcdt_args(settings) if method == "fcdt" else settings.fit_args()
         args = {"fit": fit, "test": str(tmp / "test.npz"), "columns": ds.schema.names, "target": ds.schema.label,
                 "out": str(tmp / "model") if keep_model else None, "method": method}
-        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower") as dep:
+        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower",
+                                simulation=settings.backend == "simulation") as dep:
             result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args,
                              timeout=max(1800.0, 4 * settings.timeout), exchange_timeout=settings.timeout)
         model = (TreeCircuit if method == "fcdt" else FedPC).load(tmp / "model") if keep_model else None

@@ -3,6 +3,9 @@
 - ``describe``: the schema of the columns held and the number of training rows.
 - ``graph``: the client's dependency graph over all its columns (edge list), recovered from
   its own rows (``method`` glasso/bn/ngr, ``sparsity``).
+- ``graph_votes``: the same graph as one 0/1 vote per pair of the server's ``columns`` (i < j,
+  row-major upper triangle), for a secure sum: the server learns how many clients hold each
+  edge, never which (``fit_fedngm(..., secure_aggregation=True)``).
 - ``fit``: an NGM on the ``columns`` the server names, under the merged graph ``edges``; kept
   under the work folder and sent (weights as arrays, the JSON document in the config) so the
   server can sample from it.
@@ -18,10 +21,12 @@ import json
 import time
 from dataclasses import asdict
 
+import numpy as np
+
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
-from fedpgm.ngm.graph import from_edges, recover_graph, to_edges
+from fedpgm.ngm.graph import adjacency, from_edges, recover_graph, to_edges
 from fedpgm.ngm.metrics import target_metrics
 from fedpgm.ngm.model import NGM, NGMSettings
 from fedpgm.ngm.stitch import stitch as stitch_model
@@ -44,14 +49,31 @@ def describe(request: Message, ctx: ClientContext) -> Message:
     return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ctx.data.train)})
 
 
-@HANDLERS.query("graph")
-def graph(request: Message, ctx: ClientContext) -> Message:
+def own_graph(request: Message, ctx: ClientContext):
+    """The client's graph from its own rows (kept in its state)."""
     cfg = request.config
-    t0 = time.process_time()
     G = recover_graph(ctx.data.train, ctx.data.schema.with_label(None), cfg.get("method", "glasso"),
                       float(cfg.get("sparsity", 0.25)))
     ctx.state["edges"] = to_edges(G)
+    return G
+
+
+@HANDLERS.query("graph")
+def graph(request: Message, ctx: ClientContext) -> Message:
+    t0 = time.process_time()
+    G = own_graph(request, ctx)
     return Message("graph", config={"edges": to_edges(G), "seconds": time.process_time() - t0})
+
+
+@HANDLERS.train("graph_votes")
+def graph_votes(request: Message, ctx: ClientContext) -> Message:
+    columns = list(request.config["columns"])
+    missing = [c for c in columns if c not in ctx.data.schema.names]
+    if missing:
+        raise FedpgmError(f"client '{ctx.client_id}' holds no column(s) {missing}")
+    A = adjacency(own_graph(request, ctx), columns)
+    upper = np.triu_indices(len(columns), 1)
+    return Message("graph_votes", {"votes": A[upper].astype(np.float64)})
 
 
 @HANDLERS.train("fit")

@@ -5,7 +5,10 @@ their samples (optionally with public rows), release it only to a large enough f
 
 1. ``describe``: each client's columns; the shared features are those every client holds.
 2. ``graph``: each client's graph; the merged graph has the shared features as nodes and the
-   union of the clients' edges among them.
+   union of the clients' edges among them. With ``secure_aggregation`` (Flower only) the server
+   gets only the SecAgg+ sum of the clients' edge votes (``graph_votes``): how many clients hold
+   each edge, not which, and no client graph; the union is the edges with at least one vote.
+   The client models of step 3 still travel one by one: distillation samples from each.
 3. ``fit``: each client trains an NGM on the shared features under the merged graph.
 4. If fewer than ``min_clients`` clients contributed a model, the run refuses: no global
    model is trained or released, and the result says why.
@@ -62,7 +65,8 @@ def check_settings(n_clients: int, min_clients: int, graph_method: str, allocati
 def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 0.25,
                settings: NGMSettings | None = None, min_clients: int = 1, samples: int | None = None,
                allocation: str = "proportional", public: pd.DataFrame | None = None,
-               seed: int = 0, sweeps: int = 0, soft: bool = SOFT_TARGETS) -> FedNGMResult:
+               seed: int = 0, sweeps: int = 0, soft: bool = SOFT_TARGETS,
+               secure_aggregation: bool = False) -> FedNGMResult:
     """Steps 1-6 of the module doc. ``samples``: total synthetic rows (default: ``SAMPLES_FACTOR``
     times the clients' total rows); ``public``: extra rows of the shared features for the global model."""
     settings = settings or NGMSettings(seed=seed)
@@ -79,16 +83,20 @@ def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 
             raise FedpgmError(f"client '{c}' holds {clash} with other types or categories than "
                               "the other clients; make the schemas agree")
 
-    graphs = fed.broadcast("graph", config={"method": graph_method, "sparsity": sparsity},
-                           clients=list(described)).require(min_clients)
-    client_graphs = {c: from_edges(schemas[c].names, m.config["edges"]) for c, m in graphs.items()}
-    merged = merge_graphs(list(client_graphs.values()), shared)
+    graph_cfg = {"method": graph_method, "sparsity": sparsity}
+    if secure_aggregation:
+        merged, votes, voters = secure_merge(fed, list(described), shared, graph_cfg, min_clients)
+        client_graphs, graph_info = {}, {"secure_aggregation": True, "edge_votes": votes}
+    else:
+        graphs = fed.broadcast("graph", config=graph_cfg, clients=list(described)).require(min_clients)
+        client_graphs = {c: from_edges(schemas[c].names, m.config["edges"]) for c, m in graphs.items()}
+        merged, voters = merge_graphs(list(client_graphs.values()), shared), list(graphs)
+        graph_info = {"client_edges": {c: g.number_of_edges() for c, g in client_graphs.items()}}
 
     cfg = {"columns": shared, "edges": [list(e) for e in merged.edges()], "settings": asdict(settings)}
-    replies = fed.broadcast("fit", config=cfg, clients=list(graphs))
+    replies = fed.broadcast("fit", config=cfg, clients=voters)
     client_models = {c: model_of(m, f"client '{c}' model") for c, m in replies.messages.items()}
-    info = {"clients": fed.clients, "shared_features": shared, "n_rows": n_rows,
-            "client_edges": {c: g.number_of_edges() for c, g in client_graphs.items()},
+    info = {"clients": fed.clients, "shared_features": shared, "n_rows": n_rows, **graph_info,
             "merged_edges": merged.number_of_edges(),
             "client_fit_seconds": {c: m.config["seconds"] for c, m in replies.messages.items()},
             "failed": {**{c: str(f) for c, f in fed.left_out.items()},
@@ -108,6 +116,23 @@ def fit_fedngm(fed: Federation, graph_method: str = "glasso", sparsity: float = 
     fed.broadcast("release", doc_msg.arrays, doc_msg.config, clients=list(client_models))
     info.update(wall_seconds=time.perf_counter() - wall, **fed.ledger.totals())
     return FedNGMResult(global_model, client_models, client_graphs, merged, True, None, info)
+
+
+def secure_merge(fed: Federation, clients: list[str], shared: list[str], graph_cfg: dict,
+                 min_clients: int) -> tuple[nx.Graph, dict[str, int], list[str]]:
+    """The union of the client graphs over ``shared`` from a SecAgg+ sum of their 0/1 edge votes;
+    also how many edges got each number of votes, and the clients whose votes were summed."""
+    sums, replies = fed.secure_sum("graph_votes", ["votes"], {c: ({}, {**graph_cfg, "columns": shared})
+                                                             for c in clients})
+    if len(replies) < min_clients:
+        raise FedpgmError(f"only {len(replies)} client(s) voted on the graph, fewer than {min_clients}")
+    votes = np.rint(sums[0]).astype(int)  # (pairs,): SecAgg+'s quantization error is far below 0.5
+    pairs = zip(*np.triu_indices(len(shared), 1))
+    merged = nx.Graph()
+    merged.add_nodes_from(shared)
+    merged.add_edges_from((shared[i], shared[j]) for (i, j), v in zip(pairs, votes) if v >= 1)
+    counts = np.bincount(votes, minlength=len(replies) + 1)
+    return merged, {str(k): int(n) for k, n in enumerate(counts) if k > 0 and n}, sorted(replies)
 
 
 def distil(models: dict[str, NGM], n_rows: dict[str, int], merged: nx.Graph, settings: NGMSettings,
