@@ -1,6 +1,6 @@
 # Two commands on a fresh machine with python3, pip and make:
 #   make demo   set everything up (.venv) and run the main job
-#   make test   set everything up (.venv) and run the tests
+#   make test   set everything up (.venv), lint src/ (ruff) and run the tests
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(BIN)/fedpgm demo
 
 test: $(STAMP)
+	$(BIN)/ruff check src
 	$(BIN)/python -m pytest
 
 clean:

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -146,6 +147,7 @@ def test_out_never_deletes_a_users_folder_and_bad_outputs_fail_before_work(cli, 
     code, _, err = cli("pc", "fit", "wine", "--min-instances", "40", "--out", mine, "--force",
                        "--json", tmp_path / "r.json")
     assert code == 0, err
+    assert re.search(r"^\[ +\d+\.\d s\] learning a learnspn circuit on wine", err, re.M), err  # no terminal: lines
     assert sorted(p.name for p in mine.iterdir()) == ["params.safetensors", "structure.json"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
 
@@ -160,3 +162,15 @@ def test_help_and_version_start_without_the_heavy_libraries():
     done = subprocess.run([sys.executable, "-m", "fedpgm.cli", "--version"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == f"fedpgm {version('fedpgm')}"
+
+
+def test_progress_without_a_terminal_prints_one_line_per_update(capsys):
+    from fedpgm.cli_common import stages
+
+    with stages("F-CM on asia", total=3) as update:
+        update(description="F-CM on asia: val task loss 0.700", completed=1)
+        update(completed=2)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 3
+    assert re.fullmatch(r"\[ +\d+\.\d s\] F-CM on asia", lines[0])
+    assert lines[1].endswith("] F-CM on asia: val task loss 0.700 (1/3)") and lines[2].endswith("] F-CM on asia: val task loss 0.700 (2/3)")

@@ -15,7 +15,7 @@ from rich.table import Table
 from fedpgm.federation.apps import BACKEND_HELP, check_backend
 from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe,  # noqa: F401
                                QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
-                               console, load, prepare_outputs, print_communication)
+                               console, load, prepare_outputs, print_communication, stages)
 from fedpgm.errors import FedpgmError
 from fedpgm.files import write_json
 
@@ -201,7 +201,6 @@ def pc_fit(
     """Learn a circuit on DATASET's train split; report the mean test log-likelihood (nats)."""
     import time
 
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from fedpgm.circuits.estimator import ESTIMATORS
 
@@ -216,9 +215,7 @@ def pc_fit(
               {"depth": depth, "repetitions": repetitions, "em_iterations": em_iterations, "leaf": leaf,
                "seed": seed})
     model = ESTIMATORS[learner](**params)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        bar.add_task(f"learning a {learner} circuit on {ds.name} ({len(ds.train)} rows)", total=None)
+    with stages(f"learning a {learner} circuit on {ds.name} ({len(ds.train)} rows)"):
         t0 = time.perf_counter()
         model.fit(ds.train, ds.schema)
         seconds = time.perf_counter() - t0
@@ -378,7 +375,6 @@ def run_config(
 ) -> None:
     """Run the experiment a TOML file describes: FC[PC]/FC[DT] runs and baselines on one dataset,
     with a summary table, report.json and summary.png."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from fedpgm.fedpc.config_run import COLUMNS, read_config, run_experiment, write_outputs
 
@@ -387,10 +383,8 @@ def run_config(
     if folder is None:
         raise FedpgmError("say where to write the results: --out DIR or [experiment] out = \"DIR\"")
     outputs = prepare_outputs(Path(folder), force)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                  transient=True) as bar:
-        task = bar.add_task("loading", total=None)
-        report = run_experiment(spec, progress=lambda text: bar.update(task, description=text))
+    with stages("loading") as update:
+        report = run_experiment(spec, progress=lambda text: update(description=text))
     table = Table(title=f"{report['dataset']} ({report['n_train']} train / {report['n_test']} test rows)")
     table.add_column("run")
     for col in COLUMNS:

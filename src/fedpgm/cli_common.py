@@ -7,15 +7,43 @@ be imported first.
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from fedpgm.errors import FedpgmError
 
 console = Console()
+log_console = Console(stderr=True, highlight=False)  # progress lines when there is no terminal
+
+
+@contextmanager
+def stages(text: str, total: int | None = None) -> Iterator[Callable[..., None]]:
+    """Progress of a long command, updated by ``update(description=..., completed=...)``: on a
+    terminal a spinner (or a bar out of ``total``) with the elapsed time; without one (a log
+    file, CI) one line per update on stderr, with the seconds since the start."""
+    if console.is_terminal:
+        head = ([SpinnerColumn(), TextColumn("{task.description}")] if total is None else
+                [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")])
+        with Progress(*head, TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task(text, total=total)
+            yield lambda description=None, completed=None: bar.update(task, description=description,
+                                                                      completed=completed)
+        return
+    start, current = time.perf_counter(), [text]  # the description stays until updated, as on a terminal
+
+    def line(description: str | None = None, completed: int | None = None) -> None:
+        current[0] = description or current[0]
+        count = f" ({completed}/{total})" if completed is not None and total else ""
+        log_console.print(f"[{time.perf_counter() - start:7.1f} s] {current[0]}{count}", markup=False)
+
+    line()
+    yield line
 
 DataDir = Annotated[Optional[Path], typer.Option(
     "--data-dir", help="Folder with adult/, give_me_some_credit/, debd/ (default: $FEDPGM_DATA "

@@ -173,3 +173,19 @@ def test_a_federation_that_fails_to_start_leaves_no_folder(tmp_path, monkeypatch
         with pytest.raises(FedpgmError, match=message):
             InProcessFederation(part, handlers, mode=mode)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_workers_started_without_fork_give_the_same_result(cancer_parts, method):
+    """Where ``fork`` is missing (macOS's default, Windows) workers start by forkserver or spawn."""
+    _, part = cancer_parts
+    with InProcessFederation(part, REF, mode="sequential") as fed:
+        reference = federated_moments(fed)
+    with InProcessFederation(part, REF, start_method=method) as fed:
+        kinds = {type(w.process).__name__ for w in fed.workers.values()}
+        assert kinds == {{"forkserver": "ForkServerProcess", "spawn": "SpawnProcess"}[method]}
+        res = federated_moments(fed)
+    np.testing.assert_array_equal(res["mean"], reference["mean"])
+    assert res["communication"] == reference["communication"]
+    with pytest.raises(FedpgmError, match="start method 'threads' is not available here; use one of"):
+        InProcessFederation(part, REF, start_method="threads")

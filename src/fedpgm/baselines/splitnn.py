@@ -140,7 +140,8 @@ def splitnn(fed: Federation, epochs: int = 20, lr: float = 0.05, momentum: float
     # training traffic only (the test pass below is not counted)
     out = {"communication": fed.ledger.totals(), "top_params": sum(p.numel() for p in top.parameters())}
     if "test" in lab.arrays:
-        fwd = fed.broadcast("forward", per_client={c: ({}, {**per[c][1], "split": "test"}) for c in clients}).require_all()
+        test_requests = {c: ({}, {**per[c][1], "split": "test"}) for c in clients}
+        fwd = fed.broadcast("forward", per_client=test_requests).require_all()
         with torch.no_grad():
             logits = top(torch.cat([torch.from_numpy(fwd[c].arrays["embedding"]) for c in clients], dim=1))
         out["test_proba"] = torch.softmax(logits, dim=1).numpy()

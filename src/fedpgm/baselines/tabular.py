@@ -30,7 +30,8 @@ def local_moments(frame: pd.DataFrame, schema: Schema) -> dict[str, tuple[int, f
             continue
         x = frame[f.name].to_numpy(dtype=float)
         x = x[~np.isnan(x)]
-        out[f.name] = (len(x), float(x.mean()) if len(x) else 0.0, float(((x - x.mean()) ** 2).sum()) if len(x) else 0.0)
+        mean = float(x.mean()) if len(x) else 0.0
+        out[f.name] = (len(x), mean, float(((x - mean) ** 2).sum()) if len(x) else 0.0)
     return out
 
 
@@ -100,7 +101,8 @@ def network(arch: str, width_in: int, width_out: int, hidden: int = 64, layers: 
         try:
             return TabNetBody(width_in, width_out)
         except ImportError as err:
-            raise FedpgmError("the tabnet architecture needs pytorch-tabnet; run `bash scripts/install_peers.sh`") from err
+            raise FedpgmError("the tabnet architecture needs pytorch-tabnet; "
+                              "run `bash scripts/install_peers.sh`") from err
     raise FedpgmError(f"unknown architecture '{arch}'; use one of {ARCHS}")
 
 

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from fedpgm.federation.apps import BACKEND_HELP
-from fedpgm.cli_common import Force, Seed, Timeout, check_timeout, console, prepare_outputs
+from fedpgm.cli_common import Force, Seed, Timeout, check_timeout, console, prepare_outputs, stages
 from fedpgm.errors import FedpgmError
 
 concepts_app = typer.Typer(no_args_is_help=True, help="Federated concept-based models (F-CMs): concept sets "
@@ -48,7 +47,8 @@ def fit(
     timeout: Timeout = 3600.0,
     seed: Seed = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Folder for convergence and intervention plots")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Folder for convergence and intervention plots")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the model here")] = None,
     force: Force = False,
 ) -> None:
@@ -70,11 +70,9 @@ def fit(
                                                 secure_aggregation=secure_aggregation))
     outputs = prepare_outputs(out, force, json=json_out)
     check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
-        job = bar.add_task(f"{model} {regime} on {network}", total=rounds)
-        fitted, report = run_fcm(settings, progress=lambda r, loss: bar.update(
-            job, completed=r, description=f"{model} {regime} on {network}: val task loss {loss:.3f}"))
+    with stages(f"{model} {regime} on {network}", total=rounds) as update:
+        fitted, report = run_fcm(settings, progress=lambda r, loss: update(
+            completed=r, description=f"{model} {regime} on {network}: val task loss {loss:.3f}"))
     with outputs:
         if out is not None:
             save_model(fitted, out, {"network": network, "task": report["task"], "seed": seed,

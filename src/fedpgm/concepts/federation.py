@@ -212,7 +212,8 @@ def train_alone(model: ConceptModel, x: np.ndarray, codes: np.ndarray, nodes: li
     """Centralized / local training: epochs of ``local_train`` with the same early stopping."""
     history, stop = [], EarlyStopping(model, s.patience)
     for r in range(1, s.rounds + 1):
-        local_train(model, x, codes, nodes, TrainSettings(**(asdict(s.train) | {"epochs": 1, "seed": s.seed * 1000 + r})))
+        one_epoch = TrainSettings(**(asdict(s.train) | {"epochs": 1, "seed": s.seed * 1000 + r}))
+        local_train(model, x, codes, nodes, one_epoch)
         loss = task_loss(model, *val)
         history.append({"round": r, "val_task_loss": loss})
         if stop.update(loss):

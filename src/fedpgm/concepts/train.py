@@ -91,7 +91,8 @@ def local_train(model: ConceptModel, x: np.ndarray, codes: np.ndarray, columns: 
     is_concept = torch.tensor([n != model.task for n in columns])
     model.train()
     for _ in range(settings.epochs):
-        batches = dp.batches(gen) if dp is not None else torch.randperm(len(X), generator=gen).split(settings.batch_size)
+        batches = (dp.batches(gen) if dp is not None
+                   else torch.randperm(len(X), generator=gen).split(settings.batch_size))
         for idx in batches:
             if len(idx) == 0:
                 continue

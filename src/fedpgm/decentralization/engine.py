@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from functools import lru_cache
 
 import numpy as np
 from scipy.special import gammaln
@@ -59,12 +58,13 @@ class Dirichlet:
     def __init__(self, prior: np.ndarray) -> None:
         self.prior = prior
         self.log_norm = gammaln(prior).sum(axis=1) - gammaln(prior.sum(axis=1))
+        self.cache: dict[tuple[int, ...], float] = {}  # exponents -> expectation
 
-    @lru_cache(maxsize=None)
     def expect(self, exps: tuple[int, ...]) -> float:
-        e = np.array(exps, dtype=float).reshape(self.prior.shape)
-        a = self.prior + e
-        return float(np.exp((gammaln(a).sum(axis=1) - gammaln(a.sum(axis=1)) - self.log_norm).sum()))
+        if exps not in self.cache:
+            a = self.prior + np.array(exps, dtype=float).reshape(self.prior.shape)
+            self.cache[exps] = float(np.exp((gammaln(a).sum(axis=1) - gammaln(a.sum(axis=1)) - self.log_norm).sum()))
+        return self.cache[exps]
 
 
 def expand_power(alpha_v: np.ndarray, label: int, count: int, n_classes: int) -> dict:
@@ -214,7 +214,7 @@ def conditional_mutual_informations(model: DiscreteModel, entropy=None) -> dict:
     for k in range(model.k):
         cache: dict = {}
 
-        def h(views):
+        def h(views, cache=cache, k=k):
             if views not in cache:
                 cache[views] = entropy(model, pz, gz, view_index(zs, views[0], k),
                                        view_index(zs, views[1], k))

@@ -109,7 +109,7 @@ def example_b_point(r: float, eps_bits: float, n: int = 3, grid: int = 11) -> di
         i = int(np.argmin(values))
         lo, hi = candidates[max(i - 1, 0)], candidates[min(i + 1, grid - 1)]
         if hi > lo:
-            res = minimize_scalar(lambda s: at(s)[scheme], bounds=(lo, hi), method="bounded",
+            res = minimize_scalar(lambda s, scheme=scheme: at(s)[scheme], bounds=(lo, hi), method="bounded",
                                   options={"xatol": 1e-6})
             if res.fun < values[i]:
                 candidates.append(res.x)

@@ -117,6 +117,7 @@ class Federation(ABC):
     def await_return(self, clients: list[str], deadline: float | None) -> None:
         """Before a retry: wait (until ``deadline``, a ``time.monotonic`` value) for unavailable
         clients to be reachable again. Here a dead client cannot come back, so no wait."""
+        return None
 
     def secure_sum(self, name: str, order: list[str], requests: dict[str, tuple[dict, dict]],
                    threshold: float = 0.5) -> tuple[list[np.ndarray], dict[str, dict]]:
@@ -128,6 +129,7 @@ class Federation(ABC):
 
     def close(self) -> None:
         """Release processes or connections (idempotent)."""
+        return None
 
     def log(self, text: str) -> None:
         """Progress of a server procedure (streamed by ``flwr run``; logged in-process)."""

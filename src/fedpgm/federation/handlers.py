@@ -14,9 +14,10 @@ Handlers see the request, the client's private data (``ctx.data``, a ``ClientDat
 privacy policy ``ctx.policy``) and its state (``ctx.state``), and return a reply. The runtime
 enforces the policy around every handler (``HandlerSet.handle``): the family allow-list before,
 the privacy audit of the reply after; handlers raise a server's row settings to the policy's
-floor with ``ctx.floor`` and refuse small statistics with ``ctx.require_rows``. State values must be numpy arrays or JSON-compatible
-values, so every backend can keep them (Flower starts a new process per message and keeps the
-state on disk under ``ctx.workdir``); larger models belong in files under ``ctx.workdir``.
+floor with ``ctx.floor`` and refuse small statistics with ``ctx.require_rows``. State values
+must be numpy arrays or JSON-compatible values, so every backend can keep them (Flower starts
+a new process per message and keeps the state on disk under ``ctx.workdir``); larger models
+belong in files under ``ctx.workdir``.
 ``ctx.memo(key, compute)`` keeps values derived from the client's own data (e.g. encoded
 inputs) for later messages of the same process; it is never saved, so a backend that starts a
 fresh context per message (Flower) simply computes them again.

@@ -4,8 +4,9 @@ Each client is an isolated object with its own data, state and work folder, and 
 message passes through the codec both ways, so byte counts are real and nothing is shared by
 reference. Two modes:
 
-- ``processes`` (default): one worker process per client (forked, so scripts need no
-  ``__main__`` guard and start-up is fast; torch in a worker uses one thread), at most
+- ``processes`` (default): one worker process per client (forked where the platform can, so
+  scripts need no ``__main__`` guard and start-up is fast; else ``forkserver`` or ``spawn``,
+  which need the guard; ``start_method`` chooses; torch in a worker uses one thread), at most
   ``max_workers`` requests running at once.
   Timeouts are enforced: a client that overruns is terminated and reported lost; a client
   whose process dies is reported ``unavailable``.
@@ -35,6 +36,12 @@ from fedpgm.federation.lifecycle import watch_parent, worker_signals
 from fedpgm.threads import limit_torch
 
 MODES = ("processes", "sequential")
+
+
+def default_start_method() -> str:
+    """``fork`` where the platform has it (Linux), else ``forkserver``, else ``spawn`` (Windows)."""
+    available = mp.get_all_start_methods()
+    return next(m for m in ("fork", "forkserver", "spawn") if m in available)
 OK, FAILED = b"\x00", b"\x01"
 
 
@@ -92,7 +99,7 @@ class Worker:
         child.close()
 
     def ask_to_stop(self) -> None:
-        # Other workers hold forked copies of this pipe, so closing it is no EOF: say stop.
+        # Other (forked) workers may hold copies of this pipe, so closing it is no EOF: say stop.
         try:
             self.conn.send_bytes(b"")
         except (BrokenPipeError, OSError):
@@ -125,12 +132,18 @@ class InProcessFederation(Federation):
     ``handlers``: ``"package.module:NAME"`` of a ``HandlerSet`` (a ``HandlerSet`` object is
     accepted in ``sequential`` mode). ``audit``: a hook called with (client, reply) for every
     reply, e.g. ``PrivacyAudit(partition)``. ``timeout``: seconds per exchange (None: none).
+    ``start_method``: how worker processes start (``multiprocessing``'s fork, forkserver or
+    spawn; default ``default_start_method()``).
     """
 
     def __init__(self, clients: Sequence[ClientData] | Partition, handlers: str | HandlerSet,
                  mode: str = "processes", max_workers: int | None = None,
                  workdir: str | Path | None = None, audit: AuditHook | None = None,
-                 timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
+                 timeout: float | None = DEFAULT_TIMEOUT_S, start_method: str | None = None) -> None:
+        start_method = start_method or default_start_method()
+        if start_method not in mp.get_all_start_methods():
+            raise FedpgmError(f"start method '{start_method}' is not available here; use one of "
+                              f"{', '.join(mp.get_all_start_methods())}")
         clients = list(clients.clients if isinstance(clients, Partition) else clients)
         if not clients:
             raise FedpgmError("a federation needs at least one client")
@@ -160,7 +173,7 @@ class InProcessFederation(Federation):
                 self.contexts = {c.client_id: ClientContext(c.client_id, c, dirs[c.client_id])
                                  for c in clients}
             else:
-                ctx = mp.get_context("fork")
+                ctx = mp.get_context(start_method)
                 for c in clients:
                     self.workers[c.client_id] = Worker(ctx, c, handlers, dirs[c.client_id])
         except BaseException:  # a half-built federation stops what it started and removes its folder
@@ -193,7 +206,7 @@ class InProcessFederation(Federation):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = wait(list(running), timeout=left)
             if not ready:  # the deadline passed
-                for conn, c in running.items():
+                for c in running.values():
                     results[c] = ClientFailure(c, names[c], "timeout", f"no reply within {timeout} s")
                     self.workers[c].stop(grace=0.1)
                 for c in pending:

@@ -286,10 +286,10 @@ class ClientPatterns:
                     what += [f"{w} consecutive sorted values of column '{f.name}'"
                              + (" (or an affine copy)" if affine else "")] * len(win)
         for groups, canon in ((runs, standardise), (sorted_runs, standardise_increasing)):
-            for width, (pats, what) in groups.items():
+            for pats, what in groups.values():
                 self.detectors.append(Detector(both_signs(np.concatenate(pats), canon), what + what, canon,
                                                AFFINE_TOL))
-        for width, (pats, what) in exact_sorted_runs.items():  # as recorded, in either order
+        for pats, what in exact_sorted_runs.values():  # as recorded, in either order
             pats = np.concatenate(pats)
             self.detectors.append(Detector(np.concatenate([pats, pats[:, ::-1]]), what + what, exact, EXACT_TOL))
 

@@ -7,13 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 from rich import box
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from fedpgm.federation.apps import BACKEND_HELP
 from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe, QueryColumns, Rows,
                                SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
-                               console, load, prepare_outputs, print_communication)
+                               console, load, prepare_outputs, print_communication, stages)
 from fedpgm.errors import FedpgmError
 
 fedpc_app = typer.Typer(no_args_is_help=True, help="Federated probabilistic circuits (FedPC): one-pass "
@@ -29,10 +28,8 @@ def partition_options(scheme, label_to, shared, overlap) -> dict:
 def run_with_progress(ds, settings, out: Path | None):
     from fedpgm.fedpc.experiment import run_fedpc
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                  transient=True) as bar:
-        bar.add_task(f"FedPC on {ds.name}: {settings.split} x{settings.clients} "
-                     f"({settings.backend}) and the centralized reference", total=None)
+    with stages(f"FedPC on {ds.name}: {settings.split} x{settings.clients} ({settings.backend}) and the "
+                "centralized reference"):
         return run_fedpc(ds, settings, out)
 
 

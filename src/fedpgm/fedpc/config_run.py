@@ -13,7 +13,8 @@ to run on the same partitions; everything runs through fedpgm's runtime in-proce
     method = "fedpc"            # fedpc (FC[PC]) or fcdt (FC[DT])
     split = "horizontal"        # horizontal, vertical, hybrid
     clients = 5
-    # fedpc: clusters, glue, products, learner, params = {...}; fcdt: params = {min_samples_leaf = 20, combine = "mean", ensemble = "boosting", trees = 10} (all optional)
+    # fedpc: clusters, glue, products, learner, params = {...}; fcdt: params = {min_samples_leaf = 20,
+    #   combine = "mean", ensemble = "boosting", trees = 10} (all optional)
     # partition = {scheme = "iid"} or {label_to = "all"}, ...
 
     [baselines]

@@ -145,7 +145,7 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
 
     components, alternatives, circuits = [], [], []
     for j, (names, holders) in enumerate(spaces):
-        def add(client: str, entry: dict) -> int:
+        def add(client: str, entry: dict, j: int = j) -> int:
             components.append({"client": client, "key": entry["key"], "subspace": j, "n": int(entry["n"])})
             if placement == "server":
                 prefix = entry["key"] + "/"
@@ -192,7 +192,7 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
 def memberships(replies: dict, spaces) -> dict[tuple, int]:
     """Counts of cluster-index tuples over the rows every clustering client holds (by id hash)."""
     columns = []
-    for names, holders in spaces:
+    for _names, holders in spaces:
         if len(holders) > 1:
             columns.append(None)  # a shared subspace has a single alternative
             continue

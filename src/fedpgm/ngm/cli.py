@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from fedpgm.cli_common import (DataDir, Force, Seed, Timeout, check_timeout, console, prepare_outputs,
-                               write_table)
+                               stages, write_table)
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 
@@ -70,11 +69,8 @@ def fit(
         raise FedpgmError(f"name at least one --target for {dataset}")
     outputs = prepare_outputs(out, force, json=json_out)
     check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
-    with outputs, Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                  transient=True) as bar:
-        task = bar.add_task(f"FedNGM on {dataset}, {clients} clients", total=None)
-        model, report = run_ngm(settings, out, plot,
-                                progress=lambda text: bar.update(task, description=f"FedNGM: {text}"))
+    with outputs, stages(f"FedNGM on {dataset}, {clients} clients") as update:
+        model, report = run_ngm(settings, out, plot, progress=lambda text: update(description=f"FedNGM: {text}"))
     if json_out is not None:
         write_json(report, json_out)
     if not report["released"]:

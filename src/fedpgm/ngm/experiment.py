@@ -115,7 +115,8 @@ def build_federation(s: ExperimentSettings) -> tuple[Dataset, pd.DataFrame, pd.D
     is_public[public_rows] = True
     public, pool = frame[is_public], frame[~is_public]
     half = rng.permutation(len(public))
-    public_train, public_test = public.iloc[np.sort(half[: len(half) // 2])], public.iloc[np.sort(half[len(half) // 2:])]
+    cut = len(half) // 2
+    public_train, public_test = public.iloc[np.sort(half[:cut])], public.iloc[np.sort(half[cut:])]
     shared = [n for n in ds.schema.names if n not in s.withhold]
     size = s.rows_per_client or len(pool) // s.clients
     if size * s.clients > len(pool):

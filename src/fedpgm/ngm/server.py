@@ -13,9 +13,10 @@ their samples (optionally with public rows), release it only to a large enough f
 4. If fewer than ``min_clients`` clients contributed a model, the run refuses: no global
    model is trained or released, and the result says why.
 5. The server draws samples from every client NGM (in proportion to the clients' rows, or
-   equally; breadth-first draws refined by ``sweeps`` Gibbs sweeps), adds public rows if given, and trains the global NGM under the merged graph to match, on
-   each synthetic row, the predictions of the client model that drew it (``soft``; or the
-   sampled values): its size is that of one NGM whatever the number of clients.
+   equally; breadth-first draws refined by ``sweeps`` Gibbs sweeps), adds public rows if given,
+   and trains the global NGM under the merged graph to match, on each synthetic row, the
+   predictions of the client model that drew it (``soft``; or the sampled values): its size is
+   that of one NGM whatever the number of clients.
 6. ``release``: the global model goes to every client (the stitch step builds on it).
 """
 
@@ -165,5 +166,6 @@ def draw_samples(models: dict[str, NGM], n_rows: dict[str, int], total: int | No
         weights = np.array([n_rows[c] for c in clients], dtype=float)
     counts = np.floor(total * weights / weights.sum()).astype(int)
     counts[: total - counts.sum()] += 1
-    parts = [models[c].sample(int(k), seed=seed + i, sweeps=sweeps) for i, (c, k) in enumerate(zip(clients, counts)) if k > 0]
+    parts = [models[c].sample(int(k), seed=seed + i, sweeps=sweeps)
+             for i, (c, k) in enumerate(zip(clients, counts)) if k > 0]
     return pd.concat(parts, ignore_index=True), np.repeat(np.arange(len(clients)), counts)

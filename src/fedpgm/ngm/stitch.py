@@ -58,7 +58,8 @@ class BestPerFeature:
                 inputs[:, b] = means[b]
                 scored = torch.zeros_like(self.seen)
                 scored[:, j] = self.seen[:, j]
-                losses[j] = self.objective.feature_losses(net(inputs), self.X, scored)[:, j].sum() / scored[:, j].sum().clamp(min=1)
+                feature_loss = self.objective.feature_losses(net(inputs), self.X, scored)[:, j]
+                losses[j] = feature_loss.sum() / scored[:, j].sum().clamp(min=1)
         for j, loss in enumerate(losses.numpy()):
             if loss < self.best[j]:
                 self.best[j] = loss
