@@ -174,3 +174,37 @@ def test_progress_without_a_terminal_prints_one_line_per_update(capsys):
     assert len(lines) == 3
     assert re.fullmatch(r"\[ +\d+\.\d s\] F-CM on asia", lines[0])
     assert lines[1].endswith("] F-CM on asia: val task loss 0.700 (1/3)") and lines[2].endswith("] F-CM on asia: val task loss 0.700 (2/3)")
+
+
+def test_enumerated_options_list_their_values_and_refuse_others(cli):
+    from fedpgm.cli_common import CHOICES
+    from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES
+    from fedpgm.concepts.federation import REGIMES
+    from fedpgm.concepts.models import KINDS
+    from fedpgm.concepts.privacy import DP_SCOPES
+    from fedpgm.data.dataset import MISSING_POLICIES
+    from fedpgm.data.partition import HORIZONTAL_SCHEMES, SPLITS
+    from fedpgm.federation.apps import BACKENDS
+    from fedpgm.federation.psi import ALIGNMENTS
+    from fedpgm.fedpc.plan import GLUES
+    from fedpgm.fedpc.server import PLACEMENTS
+    from fedpgm.fedpc.trees import COMBINES, ENSEMBLES
+    from fedpgm.ngm.graph import GRAPH_METHODS
+    from fedpgm.ngm.model import MODES
+
+    assert CHOICES == {"split": SPLITS, "scheme": HORIZONTAL_SCHEMES, "backend": BACKENDS, "glue": GLUES,
+                       "placement": PLACEMENTS, "align": ALIGNMENTS, "tree_root": COMBINES, "ensemble": ENSEMBLES,
+                       "leaf": CONTINUOUS_LEAVES, "missing": MISSING_POLICIES, "graph": GRAPH_METHODS,
+                       "ngm_mode": MODES, "model": KINDS, "regime": REGIMES, "dp_scope": DP_SCOPES}
+    from typer.main import get_command
+
+    from fedpgm.cli import app
+
+    fit = get_command(app).commands["fedpc"].commands["fit"]  # what --help shows: [horizontal|vertical|hybrid]
+    params = {p.name: p for p in fit.params}
+    assert list(params["split"].type.choices) == list(SPLITS)
+    assert list(params["backend"].type.choices) == list(BACKENDS)
+    code, _, err = cli("fedpc", "fit", "wine", "--split", "diagonal", "--clients", "2")
+    assert code == 2 and "'diagonal' is not one of 'horizontal', 'vertical', 'hybrid'" in err
+    code, _, err = cli("concepts", "fit", "bn:asia", "--model", "xyz")  # refused before any work
+    assert code == 2 and "'xyz' is not one of 'cbm', 'cem', 'cgm', 'c2bm', 'opaque'" in err

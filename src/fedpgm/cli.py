@@ -15,7 +15,7 @@ from rich.table import Table
 from fedpgm.federation.apps import BACKEND_HELP, check_backend
 from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe,  # noqa: F401
                                QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
-                               console, load, prepare_outputs, print_communication, stages)
+                               console, load, one_of, prepare_outputs, print_communication, stages)
 from fedpgm.errors import FedpgmError
 from fedpgm.files import write_json
 
@@ -106,11 +106,12 @@ def print_partition(part) -> None:
 @app.command("partition")
 def partition_cmd(
     dataset: str,
-    split: Annotated[str, typer.Option("--split", help="horizontal, vertical or hybrid")],
+    split: Annotated[str, typer.Option("--split", help="horizontal, vertical or hybrid", click_type=one_of("split"))],
     clients: Annotated[int, typer.Option("--clients", help="Number of clients K")],
     out: Annotated[Path, typer.Option("--out", help="Folder for client CSVs + manifest.json")],
     seed: Seed = 0,
-    scheme: Annotated[Optional[str], typer.Option(help="horizontal: iid, label-skew, dirichlet")] = None,
+    scheme: Annotated[Optional[str], typer.Option(help="horizontal: iid, label-skew, dirichlet",
+                                                  click_type=one_of("scheme"))] = None,
     alpha: Annotated[Optional[float], typer.Option(help="horizontal dirichlet: concentration")] = None,
     classes_per_client: Annotated[Optional[int], typer.Option(help="horizontal label-skew")] = None,
     groups: Annotated[Optional[str], typer.Option(help='vertical: column groups "a,b;c,d"')] = None,
@@ -145,7 +146,7 @@ app.add_typer(federation_app, name="federation")
 @federation_app.command("moments")
 def federation_moments(
     partition_dir: Path,
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "inprocess",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP, click_type=one_of("backend"))] = "inprocess",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here")] = None,
 ) -> None:
     """Federated mean/covariance over client CSVs written by `fedpgm partition` (the
@@ -187,7 +188,8 @@ def pc_fit(
     learner: Annotated[str, typer.Option(help="learnspn or ratspn")] = "learnspn",
     min_instances: Annotated[int, typer.Option(help="LearnSPN: min rows per slice")] = 100,
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
-    leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram (Mixed SPN)")] = "gaussian",
+    leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram (Mixed SPN)",
+                                      click_type=one_of("leaf"))] = "gaussian",
     depth: Annotated[int, typer.Option(help="RAT-SPN: region-graph depth")] = 2,
     repetitions: Annotated[int, typer.Option(help="RAT-SPN: repetitions")] = 4,
     em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
@@ -201,20 +203,19 @@ def pc_fit(
     """Learn a circuit on DATASET's train split; report the mean test log-likelihood (nats)."""
     import time
 
-
     from fedpgm.circuits.estimator import ESTIMATORS
 
     if learner not in ESTIMATORS:
         raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
     if min_instances < 1:
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
-    outputs = prepare_outputs(out, force, json=json_out)
-    ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "seed": seed}
               if learner == "learnspn" else
               {"depth": depth, "repetitions": repetitions, "em_iterations": em_iterations, "leaf": leaf,
                "seed": seed})
-    model = ESTIMATORS[learner](**params)
+    model = ESTIMATORS[learner](**params).check_params()  # a bad setting is refused before the data is read
+    outputs = prepare_outputs(out, force, json=json_out)
+    ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     with stages(f"learning a {learner} circuit on {ds.name} ({len(ds.train)} rows)"):
         t0 = time.perf_counter()
         model.fit(ds.train, ds.schema)
@@ -410,11 +411,24 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: runs the app, turning user errors into one line and exit code 2, and
     SIGTERM/SIGHUP into a clean stop (every process started stopped, temporary folders removed,
     nothing half-written) with exit code 128 + the signal (143 for SIGTERM)."""
+    import click
+
     from fedpgm.federation.lifecycle import Terminated, stop_on_signals
 
     try:
         with stop_on_signals():
-            app(args=argv, prog_name="fedpgm")
+            code = app(args=argv, prog_name="fedpgm", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError:  # a group without a command (typer printed its help)
+        sys.exit(2)
+    except click.UsageError as e:  # a bad option or value, before any work
+        where = f"; see `{e.ctx.command_path} --help`" if e.ctx else ""
+        print(f"error: {' '.join(e.format_message().split()).rstrip('.')}{where}", file=sys.stderr)
+        sys.exit(2)
+    except click.ClickException as e:
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:  # Ctrl-C at a prompt
+        sys.exit(130)
     except FedpgmError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -422,6 +436,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"fedpgm: {t}; stopped every process it started and removed its temporary files",
               file=sys.stderr)
         sys.exit(128 + t.signum)
+    sys.exit(code if isinstance(code, int) else 0)  # (--help, --version: 0)
 
 
 def register_groups() -> None:

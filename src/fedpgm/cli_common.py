@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Callable, Iterator, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -19,6 +20,32 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from fedpgm.errors import FedpgmError
 
 console = Console()
+
+# The values of the CLI's enumerated options: shown in --help, anything else refused with exit 2
+# before any work. Each is the library's own constant (named beside it), written here so that
+# the CLI starts without importing the library; tests/test_cli.py checks each against its source.
+CHOICES = {
+    "split": ("horizontal", "vertical", "hybrid"),  # fedpgm.data.partition.SPLITS
+    "scheme": ("iid", "label-skew", "dirichlet"),  # fedpgm.data.partition.HORIZONTAL_SCHEMES
+    "backend": ("inprocess", "flower", "simulation"),  # fedpgm.federation.apps.BACKENDS
+    "glue": ("random", "combinatorial", "aligned"),  # fedpgm.fedpc.plan.GLUES
+    "placement": ("server", "split"),  # fedpgm.fedpc.server.PLACEMENTS
+    "align": ("none", "psi"),  # fedpgm.federation.psi.ALIGNMENTS
+    "tree_root": ("auto", "mean", "product"),  # fedpgm.fedpc.trees.COMBINES
+    "ensemble": ("bagging", "boosting"),  # fedpgm.fedpc.trees.ENSEMBLES
+    "leaf": ("gaussian", "histogram"),  # fedpgm.circuits.learnspn.CONTINUOUS_LEAVES
+    "missing": ("keep", "impute"),  # fedpgm.data.dataset.MISSING_POLICIES
+    "graph": ("glasso", "bn", "ngr"),  # fedpgm.ngm.graph.GRAPH_METHODS
+    "ngm_mode": ("direct", "iterative"),  # fedpgm.ngm.model.MODES
+    "model": ("cbm", "cem", "cgm", "c2bm", "opaque"),  # fedpgm.concepts.models.KINDS
+    "regime": ("centralized", "local", "static", "fcm", "reinit"),  # fedpgm.concepts.federation.REGIMES
+    "dp_scope": ("training", "update"),  # fedpgm.concepts.privacy.DP_SCOPES
+}
+
+
+def one_of(name: str) -> click.Choice:
+    """The click type of an enumerated option (``CHOICES[name]``)."""
+    return click.Choice(CHOICES[name])
 log_console = Console(stderr=True, highlight=False)  # progress lines when there is no terminal
 
 
@@ -53,7 +80,8 @@ Seed = Annotated[int, typer.Option("--seed", min=0, max=2**32 - 1,
 Rows = Annotated[Optional[int], typer.Option("--rows", help="Rows to draw (bn: and synthetic: sets)")]
 Label = Annotated[Optional[str], typer.Option("--label", help="Label column (csv:, bn:)")]
 SchemaFile = Annotated[Optional[Path], typer.Option("--schema", help="Schema JSON for csv: sets")]
-Missing = Annotated[Optional[str], typer.Option("--missing", help="Missing values: keep or impute")]
+Missing = Annotated[Optional[str], typer.Option("--missing", help="Missing values: keep or impute",
+                                               click_type=one_of("missing"))]
 TestSize = Annotated[Optional[float], typer.Option("--test-size", help="Test fraction (random splits)")]
 # query options shared by every saved-model `query` command (see answer_queries)
 Evidence = Annotated[Path, typer.Option(help="CSV of rows; absent or empty cells are unobserved")]

@@ -26,8 +26,8 @@ def test_pc_fit_report_save_and_query(cli, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["pc", "fit", "wine", "--min-instances", "0"], "--min-instances must be >= 1"),
     (["pc", "fit", "wine", "--learner", "tree"], "unknown learner 'tree'"),
-    (["pc", "fit", "wine", "--threshold", "3"], "threshold must lie in"),
-    (["pc", "fit", "wine", "--leaf", "beta"], "continuous leaf must be"),
+    (["pc", "fit", "wine", "--threshold", "3"], "The 'threshold' parameter of LearnSPN must be a float in the range [0.0, 1.0]. Got 3.0"),
+    (["pc", "fit", "wine", "--leaf", "beta"], "'beta' is not one of 'gaussian', 'histogram'"),
 ])
 def test_pc_fit_bad_input(cli, tmp_path, args, message):
     code, _, err = cli(*args, "--out", str(tmp_path / "m"))

@@ -87,7 +87,7 @@ def test_ratspn_restarts_keep_the_best_initialisation(mixed):
     assert winner is not singles[0]  # here a later initialisation wins
     np.testing.assert_allclose(best.log_likelihood(mixed.test), winner.log_likelihood(mixed.test), atol=1e-9)
     assert best.train_loglik_ == pytest.approx(best.score(mixed.train), abs=1e-9)
-    with pytest.raises(FedpgmError, match="restarts must be >= 1"):
+    with pytest.raises(FedpgmError, match="The 'restarts' parameter of RatSPN must be an int in the range \\[1, inf\\). Got 0"):
         RatSPN(restarts=0).fit(mixed.train, mixed.schema)
 
 
@@ -131,7 +131,7 @@ def test_leaf_std_floor_is_relative_to_the_reference_column():
         assert model.score(np.array([[100.0, 0.0]])) > -30  # was about -5e9 with a 1e-3 floor
     unfloored = LearnSPN(min_std_fraction=0.0).fit(zeros, schema, reference=X)
     assert unfloored.score(np.array([[100.0, 0.0]])) < -1e6
-    with pytest.raises(FedpgmError, match="min_std_fraction must be >= 0"):
+    with pytest.raises(FedpgmError, match="The 'min_std_fraction' parameter of LearnSPN must be a float in the range \\[0.0, inf\\). Got -1"):
         LearnSPN(min_std_fraction=-1).fit(X, schema)
 
 

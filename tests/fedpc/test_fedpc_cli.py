@@ -36,13 +36,15 @@ def test_bad_input_exits_2_and_writes_nothing(cli, tmp_path):
     for args, message in ((("--split", "diagonal"), "split"),
                           (("--split", "vertical", "--placement", "split", "--out", tmp_path / "m"), "--placement server"),
                           (("--split", "vertical", "--clusters", "100000"), "clusters requested"),
-                          (("--split", "vertical", "--glue", "magic"), "unknown glue"),
+                          (("--split", "vertical", "--glue", "magic"), "'magic' is not one of 'random',"),
                           (("--split", "vertical", "--learner", "ratspn", "--restarts", "0"), "--restarts must be >= 1"),
-                          (("--split", "vertical", "--align", "magic"), "unknown row alignment 'magic'"),
+                          (("--split", "vertical", "--align", "magic"), "'magic' is not one of 'none', 'psi'"),
                           (("--split", "vertical", "--overlap", "0.8"), "privately with align='psi' (--align psi)"),
                           (("--split", "vertical", "--overlap", "1.5"), "overlap must lie in (0, 1]")):
         code, _, err = cli("fedpc", "fit", "wine", "--clients", "2", *args, "--json", tmp_path / "r.json")
-        assert code == 2 and err.startswith("error:") and message in err, err
+        *progress, last = err.splitlines()  # one error line, after progress lines (no terminal) if any
+        assert code == 2 and last.startswith("error:") and message in last, err
+        assert all(line.startswith("[") for line in progress), err
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "m").exists()
     code, _, err = cli("fedpc", "evaluate", tmp_path, "wine")
     assert code == 2 and "no fedpc.json" in err
@@ -85,5 +87,5 @@ def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path):
     assert all(0 < n <= 30 for n in r["trees_fitted"].values())
     code, _, err = cli("fedpc", "fit", "breast_cancer", "--split", "horizontal", "--clients", "2", "--learner", "tree",
                        "--ensemble", "stacking", "--out", tmp_path / "s", "--json", tmp_path / "s.json")
-    assert code == 2 and "unknown FC[DT] ensemble 'stacking'" in err
+    assert code == 2 and "'stacking' is not one of 'bagging', 'boosting'" in err
     assert not (tmp_path / "s").exists() and not (tmp_path / "s.json").exists()

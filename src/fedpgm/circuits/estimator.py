@@ -7,25 +7,29 @@ circuit models the joint of X's columns and a categorical ``target`` column, ``c
 the labels, and ``predict`` returns them; ``score(X, y)`` is then the mean joint
 log-likelihood. Fitted attributes end in ``_``: ``circuit_``, ``compiled_``, ``schema_``.
 They are ``BaseEstimator``s (``clone``, ``get_params``, ``GridSearchCV``, ``cross_val_score``);
-a query before ``fit`` raises scikit-learn's ``NotFittedError``.
+a query before ``fit`` raises scikit-learn's ``NotFittedError``. Parameters are checked as
+scikit-learn checks its own (``_parameter_constraints``), at ``fit`` or earlier by
+``check_params()``, and a bad one is a ``FedpgmError`` naming it and its allowed range.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
+from sklearn.utils._param_validation import InvalidParameterError, Interval, StrOptions
 
 from fedpgm.circuits import queries
 from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.em import em_best_of
 from fedpgm.circuits.io import load_circuit, save_circuit
 from fedpgm.circuits.leaves import MIN_STD_FRACTION, std_floors
-from fedpgm.circuits.learnspn import learn_spn
+from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES, learn_spn
 from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Feature, Schema
@@ -56,6 +60,21 @@ class CircuitEstimator(BaseEstimator, ABC):
     """Shared query API; subclasses implement ``_learn(schema, X, floors) -> Circuit``."""
 
     precision = "float64"
+    _parameter_constraints: dict = {
+        "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
+        "precision": [StrOptions({"float64", "float32"})],
+        "min_std_fraction": [Interval(Real, 0, None, closed="left")],
+        "leaf": [StrOptions(set(CONTINUOUS_LEAVES))],
+    }
+
+    def check_params(self) -> "CircuitEstimator":
+        """Every parameter within its allowed range (scikit-learn's own validation), or a
+        ``FedpgmError`` that names the parameter."""
+        try:
+            self._validate_params()
+        except InvalidParameterError as e:
+            raise FedpgmError(str(e)) from None
+        return self
 
     def set_params(self, **params) -> "CircuitEstimator":
         known = self._get_param_names()
@@ -69,6 +88,7 @@ class CircuitEstimator(BaseEstimator, ABC):
         ``min_std_fraction`` of their column's std in ``reference`` (rows like ``X``; default
         ``X`` itself: FedPC passes a client's whole table when it learns one circuit per
         cluster). A ``Schema`` as second argument is taken as ``schema``."""
+        self.check_params()
         if isinstance(y, Schema):
             schema, y = y, None
         if schema is None:
@@ -191,6 +211,14 @@ class CircuitEstimator(BaseEstimator, ABC):
 class LearnSPN(CircuitEstimator):
     """LearnSPN / Mixed SPN (``leaf="histogram"``); see ``fedpgm.circuits.learnspn``."""
 
+    _parameter_constraints = {
+        **CircuitEstimator._parameter_constraints,
+        "min_instances_slice": [Interval(Integral, 1, None, closed="left")],
+        "threshold": [Interval(Real, 0, 1, closed="both")],
+        "by_label": ["boolean"],
+        "min_leaf_rows": [Interval(Integral, 1, None, closed="left")],
+    }
+
     def __init__(self, min_instances_slice: int = 100, threshold: float = 0.3, leaf: str = "gaussian",
                  seed: int = 0, precision: str = "float64", min_std_fraction: float = MIN_STD_FRACTION,
                  by_label: bool = False, min_leaf_rows: int = 1) -> None:
@@ -210,6 +238,14 @@ class RatSPN(CircuitEstimator):
     iterations end at -6.03 or -4.35 nats per training row for seeds 0 and 1), so ``restarts``
     initialisations (seeds ``seed``, ``seed + 1``, ...) are each trained and the one with the
     highest training log-likelihood is kept, as k-means keeps the best of its ``n_init``."""
+
+    _parameter_constraints = {
+        **CircuitEstimator._parameter_constraints,
+        **{k: [Interval(Integral, 1, None, closed="left")] for k in ("depth", "repetitions", "n_sums", "n_inputs",
+                                                                    "restarts")},
+        "em_iterations": [Interval(Integral, 0, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
+    }
 
     def __init__(self, depth: int = 2, repetitions: int = 4, n_sums: int = 4, n_inputs: int = 4,
                  leaf: str = "gaussian", em_iterations: int = 20, batch_size: int | None = None,

@@ -27,6 +27,8 @@ from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 
+CONTINUOUS_LEAVES = ("gaussian", "histogram")  # leaf kinds for continuous variables
+
 
 def fit_leaf(c: Circuit, X: np.ndarray, rows: np.ndarray, var: int, continuous: str, min_std: float) -> int:
     feat = c.schema.features[var]
@@ -125,7 +127,7 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
         raise FedpgmError(f"min_instances_slice must be >= 1, got {min_instances_slice}")
     if not 0.0 <= threshold <= 1.0:
         raise FedpgmError(f"threshold must lie in [0, 1] (an RDC value), got {threshold}")
-    if leaf not in ("gaussian", "histogram"):
+    if leaf not in CONTINUOUS_LEAVES:
         raise FedpgmError(f"continuous leaf must be 'gaussian' or 'histogram', got '{leaf}'")
     X = np.asarray(X, dtype=float)
     if X.ndim != 2 or X.shape[1] != len(schema) or len(X) == 0:

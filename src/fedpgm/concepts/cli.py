@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from fedpgm.federation.apps import BACKEND_HELP
-from fedpgm.cli_common import Force, Seed, Timeout, check_timeout, console, prepare_outputs, stages
+from fedpgm.cli_common import Force, Seed, Timeout, check_timeout, console, one_of, prepare_outputs, stages
 from fedpgm.errors import FedpgmError
 
 concepts_app = typer.Typer(no_args_is_help=True, help="Federated concept-based models (F-CMs): concept sets "
@@ -24,8 +24,9 @@ def network_of(dataset: str) -> str:
 @concepts_app.command("fit")
 def fit(
     dataset: Annotated[str, typer.Argument(help="bn:NETWORK, a network pgmpy ships (asia, sachs, alarm, ...)")],
-    model: Annotated[str, typer.Option(help="cbm, cem, cgm, c2bm or opaque")] = "cgm",
-    regime: Annotated[str, typer.Option(help="centralized, local, static, fcm or reinit")] = "fcm",
+    model: Annotated[str, typer.Option(help="cbm, cem, cgm, c2bm or opaque", click_type=one_of("model"))] = "cgm",
+    regime: Annotated[str, typer.Option(help="centralized, local, static, fcm or reinit",
+                                        click_type=one_of("regime"))] = "fcm",
     task: Annotated[Optional[str], typer.Option(help="Task node (default: the paper's for the network)")] = None,
     clients: Annotated[int, typer.Option(help="Clients in the end")] = 20,
     per_round: Annotated[int, typer.Option(help="Clients sampled per round")] = 10,
@@ -35,11 +36,12 @@ def fit(
     rows: Annotated[Optional[int], typer.Option(help="Rows sampled from the network")] = None,
     perturbed_clients: Annotated[float, typer.Option(help="Fraction r of clients with perturbed graphs")] = 0.0,
     perturbed_edges: Annotated[float, typer.Option(help="Fraction p of their edges perturbed")] = 0.0,
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "inprocess",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP, click_type=one_of("backend"))] = "inprocess",
     dp_epsilon: Annotated[Optional[float], typer.Option(help="DP-SGD on client updates (Opacus): target "
                                                             "epsilon per client, delta 1e-5, clip 1.0")] = None,
     dp_scope: Annotated[str, typer.Option(help="What --dp-epsilon bounds: a client's whole 'training' "
-                                               "or each 'update' it sends (the paper's setting)")] = "training",
+                                               "or each 'update' it sends (the paper's setting)",
+                                          click_type=one_of("dp_scope"))] = "training",
     lr: Annotated[float, typer.Option(help="Adam's learning rate for every local update (the paper tunes it "
                                            "on validation data; DP's few noisy steps favour ~1e-2)")] = 1e-3,
     secure_aggregation: Annotated[bool, typer.Option(help="Module averages by Flower's SecAgg+: the server "

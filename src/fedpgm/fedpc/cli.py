@@ -12,7 +12,7 @@ from rich.table import Table
 from fedpgm.federation.apps import BACKEND_HELP
 from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe, QueryColumns, Rows,
                                SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
-                               console, load, prepare_outputs, print_communication, stages)
+                               console, load, one_of, prepare_outputs, print_communication, stages)
 from fedpgm.errors import FedpgmError
 
 fedpc_app = typer.Typer(no_args_is_help=True, help="Federated probabilistic circuits (FedPC): one-pass "
@@ -36,11 +36,12 @@ def run_with_progress(ds, settings, out: Path | None):
 @fedpc_app.command("fit")
 def fit(
     dataset: str,
-    split: Annotated[str, typer.Option(help="horizontal, vertical or hybrid")],
+    split: Annotated[str, typer.Option(help="horizontal, vertical or hybrid", click_type=one_of("split"))],
     clients: Annotated[int, typer.Option(help="Number of clients K")],
     clusters: Annotated[int, typer.Option(help="Clusters per single-client subspace")] = 2,
     glue: Annotated[str, typer.Option(help="random (the paper), combinatorial, or aligned (shares "
-                                           "each row's cluster index, not its data)")] = "random",
+                                           "each row's cluster index, not its data)",
+                                      click_type=one_of("glue"))] = "random",
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
     learner: Annotated[str, typer.Option(help="local learner: learnspn, ratspn, or tree (FC[DT]: a decision "
                                               "tree per labelled client under one root)")] = "learnspn",
@@ -49,24 +50,29 @@ def fit(
                                                          "root; each client's cross-validated choice under a "
                                                          "product root)")] = None,
     tree_root: Annotated[str, typer.Option(help="tree: auto (product over disjoint columns, else mean), "
-                                                "mean (the paper's bagging) or product")] = "auto",
+                                                "mean (the paper's bagging) or product",
+                                           click_type=one_of("tree_root"))] = "auto",
     ensemble: Annotated[str, typer.Option(help="tree: each client's expert, bagging (decision trees) or "
-                                               "boosting (gradient-boosted trees)")] = "bagging",
+                                               "boosting (gradient-boosted trees)",
+                                          click_type=one_of("ensemble"))] = "bagging",
     trees: Annotated[Optional[int], typer.Option(help="tree: trees per client; bagging: default 1, each on a "
                                                       "bootstrap resample when above 1; boosting: the most "
                                                       "stages, default 100, early-stopped")] = None,
     min_instances: Annotated[int, typer.Option(help="LearnSPN: min rows per slice")] = 100,
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
-    leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram")] = "gaussian",
+    leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram",
+                                      click_type=one_of("leaf"))] = "gaussian",
     by_label: Annotated[bool, typer.Option(help="LearnSPN: root sum over the label's values, one structure "
                                                 "per class (a generative classifier p(y) p(x | y))")] = False,
     em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
     restarts: Annotated[int, typer.Option(help="RAT-SPN: initialisations per circuit, the best training "
                                                "log-likelihood kept")] = 1,
     placement: Annotated[str, typer.Option(help="server (clients send circuits) or split (clients keep "
-                                                "them; queries go to the clients)")] = "server",
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP)] = "inprocess",
-    scheme: Annotated[Optional[str], typer.Option(help="horizontal: iid, label-skew, dirichlet")] = None,
+                                                "them; queries go to the clients)",
+                                           click_type=one_of("placement"))] = "server",
+    backend: Annotated[str, typer.Option(help=BACKEND_HELP, click_type=one_of("backend"))] = "inprocess",
+    scheme: Annotated[Optional[str], typer.Option(help="horizontal: iid, label-skew, dirichlet",
+                                                  click_type=one_of("scheme"))] = None,
     label_to: Annotated[Optional[str], typer.Option(help="vertical/hybrid: client id or 'all'")] = None,
     shared: Annotated[Optional[int], typer.Option(help="hybrid: number of shared columns")] = None,
     overlap: Annotated[Optional[float], typer.Option(
@@ -74,7 +80,7 @@ def fit(
              "1 the parties' ids differ, see fedpc fit --align)")] = None,
     align: Annotated[str, typer.Option(help="none (vertical parties hold the same row ids) or psi (find the "
                                             "ids all parties hold by private set intersection and fit "
-                                            "on those)")] = "none",
+                                            "on those)", click_type=one_of("align"))] = "none",
     no_centralized: Annotated[bool, typer.Option(help="Skip the centralized reference")] = False,
     timeout: Timeout = 3600.0,
     min_clients: Annotated[Optional[int], typer.Option(help="horizontal: go on without clients that fail or "

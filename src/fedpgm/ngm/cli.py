@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from fedpgm.cli_common import (DataDir, Force, Seed, Timeout, check_timeout, console, prepare_outputs,
-                               stages, write_table)
+                               one_of, stages, write_table)
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 
@@ -30,7 +30,8 @@ def fit(
                                                              "observed)")] = None,
     public_fraction: Annotated[float, typer.Option(help="Share of rows made public (half of them "
                                                         "public-train, half public-test)")] = 0.5,
-    graph: Annotated[str, typer.Option(help="glasso, bn (pgmpy, moralised) or ngr (revealed)")] = "glasso",
+    graph: Annotated[str, typer.Option(help="glasso, bn (pgmpy, moralised) or ngr (revealed)",
+                                       click_type=one_of("graph"))] = "glasso",
     sparsity: Annotated[float, typer.Option(help="Fraction of feature pairs kept as edges")] = 0.25,
     min_clients: Annotated[int, typer.Option(help="Release threshold T: clients that must contribute")] = 1,
     samples_factor: Annotated[float, typer.Option(help="Synthetic rows per client training row")] = SAMPLES_FACTOR,
@@ -149,7 +150,8 @@ def query(
     model_dir: ModelDir,
     target: Annotated[str, typer.Option(help="The feature to predict")],
     evidence: Annotated[Path, typer.Option(help="CSV of observed values (blank = unknown)")],
-    mode: Annotated[str, typer.Option(help="direct (one pass) or iterative (refine unknown inputs)")] = "direct",
+    mode: Annotated[str, typer.Option(help="direct (one pass) or iterative (refine unknown inputs)",
+                                      click_type=one_of("ngm_mode"))] = "direct",
     out: Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here")] = None,
 ) -> None:
     """Predict TARGET for each evidence row: its expected value or its class probabilities."""
