@@ -11,6 +11,12 @@ is the task accuracy of the Bayes-optimal classifier given every concept's true 
 (``fedpgm.concepts.data.bayes_task_accuracy``), a ceiling for every cell. PNGs beside the
 JSON: task accuracy bars (Table 1) and label accuracy vs intervention depth (Fig. 2).
 
+``--protocol paper`` runs every cell with the paper's server steps and data
+(``fedpgm.concepts.experiment.PAPER_PROTOCOL``: per-round graph aggregation over the sampled
+clients, the centralized baseline on the true DAG, late clients from shifted root priors);
+``--protocol project`` (default) with this project's (graph aggregated at round 1 and at the
+join over every joined client, centralized on that graph, no shift). The report records which.
+
     python benchmarks/fcm_table1.py --networks asia sachs --seeds 1 --out docs/fcm_table1.json
 """
 
@@ -25,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import bar_panels, emit, mean_std, pool  # noqa: E402
 
 from fedpgm.concepts.data import bayes_task_accuracy, make_concept_data  # noqa: E402
-from fedpgm.concepts.experiment import FCMSettings, run_fcm_tuned  # noqa: E402
+from fedpgm.concepts.experiment import PAPER_PROTOCOL, FCMSettings, paper_protocol, run_fcm_tuned  # noqa: E402
 from fedpgm.concepts.federation import RoundSettings  # noqa: E402
 from fedpgm.concepts.models import KINDS  # noqa: E402
 
@@ -49,6 +55,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--lrs", nargs="+", type=float, default=[1e-3],
                     help="Adam learning rates to try; each run keeps the best on validation task loss")
+    ap.add_argument("--protocol", choices=("project", "paper"), default="project",
+                    help="paper: the published server steps and shifted late clients (PAPER_PROTOCOL)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--check", metavar="JSON", help="only add the targets to an earlier result file")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="pool the seeds of earlier result files into --out")
@@ -60,7 +68,8 @@ def main() -> None:
         return
     if args.merge:
         merged = pool([json.loads(Path(f).read_text()) for f in args.merge])
-        finish(merged["table"], merged["interventions"], merged["bayes_ceiling"], merged["rounds"], args.out)
+        finish(merged["table"], merged["interventions"], merged["bayes_ceiling"], merged["rounds"], args.out,
+               merged.get("protocol", {"name": "project"}))
         return
     runs: dict = {}
     curves: dict = {}
@@ -76,6 +85,8 @@ def main() -> None:
                         continue
                     s = FCMSettings(network=net, rounds=RoundSettings(kind=kind, regime=regime, rounds=args.rounds,
                                                                       join_round=join, seed=seed))
+                    if args.protocol == "paper":
+                        s = paper_protocol(s)
                     _, rep = run_fcm_tuned(s, args.lrs, data=data)
                     print(f"{net} {kind} {regime} seed {seed}: task {rep['task_accuracy']:.3f} coverage "
                           f"{rep['coverage']:.2f} {rep['seconds']:.0f}s", file=sys.stderr, flush=True)
@@ -86,14 +97,15 @@ def main() -> None:
     table = {net: {cell: {m: mean_std(v) for m, v in metrics.items()} for cell, metrics in cells.items()}
              for net, cells in runs.items()}
     interventions = {net: {cell: mean_curve(runs_) for cell, runs_ in cells.items()} for net, cells in curves.items()}
-    finish(table, interventions, {net: mean_std(v) for net, v in ceilings.items()}, args.rounds, args.out)
+    protocol = {"name": args.protocol, **(PAPER_PROTOCOL if args.protocol == "paper" else {})}
+    finish(table, interventions, {net: mean_std(v) for net, v in ceilings.items()}, args.rounds, args.out, protocol)
 
 
-def finish(table: dict, interventions: dict, ceilings: dict, rounds: int, out: str | None) -> None:
+def finish(table: dict, interventions: dict, ceilings: dict, rounds: int, out: str | None, protocol: dict) -> None:
     """Targets, JSON and plots from the tables (mean +- std over seeds)."""
     seeds = max(len(m["task_accuracy"]["runs"]) for cells in table.values() for m in cells.values())
-    emit({"benchmark": "fcm_table1", "seeds": seeds, "rounds": rounds, "table": table, "bayes_ceiling": ceilings,
-          "targets": targets(table), "interventions": interventions}, out)
+    emit({"benchmark": "fcm_table1", "protocol": protocol, "seeds": seeds, "rounds": rounds, "table": table,
+          "bayes_ceiling": ceilings, "targets": targets(table), "interventions": interventions}, out)
     if out:
         bar_panels(table, Path(out).with_suffix(".png"), "task_accuracy", "task accuracy")
         plot_interventions(interventions, Path(out).with_name(Path(out).stem + "_interventions.png"))

@@ -71,3 +71,36 @@ def test_bad_client_graphs_fail_clearly():
         aggregate([dag(("a", "b"), ("b", "a"))], [1], task="t")
     with pytest.raises(FedpgmError, match="unknown node"):
         from_edge_list({"nodes": ["a", "q"], "edges": [["a", "q"]]}, known={"a", "b"}, who="client-3")
+
+
+def test_confidence_weighted_votes_follow_the_papers_formula():
+    """Sec. 4.2.1: S-bar_ij = sum_k alpha_k S^(k)_ij over clients observing i and j, and
+    S-bar(none) = sum_k alpha_k (1 - S_ij - S_ji); the largest of the three wins."""
+    from fedpgm.concepts.graphs import confidence_from_doc
+
+    a, b, c = dag(("x", "y")), dag(("y", "x")), dag(("x", "y"))
+    S = [confidence_from_doc({"edges": [["x", "y", 0.4]]}, a, "a"),
+         confidence_from_doc({"edges": [["y", "x", 0.9]]}, b, "b"),
+         confidence_from_doc({"edges": [["x", "y", 0.3], ["y", "x", 0.1]]}, c, "c")]
+    alpha = [10, 20, 30]
+    # x->y: 10*.4 + 30*.3 = 13; y->x: 20*.9 + 30*.1 = 21; none: 10*.6 + 20*.1 + 30*.6 = 26 -> no edge
+    assert list(aggregate([a, b, c], alpha, task="t", confidences=S).graph.edges()) == []
+    alpha = [10, 40, 30]  # y->x: 36 + 3 = 39; none: 6 + 4 + 18 = 28; x->y: 13 -> y->x, share 39 / 80
+    agg = aggregate([a, b, c], alpha, task="t", confidences=S)
+    assert list(agg.graph.edges()) == [("y", "x")] and agg.weights[("y", "x")] == pytest.approx(39 / 80)
+    # without confidences S = A: x->y gets 10 + 30 = 40 of 80 against y->x's 40: a tie, drawn
+    binary = aggregate([a, b, c], alpha, task="t", confidences=[{("x", "y"): 1.0}, {("y", "x"): 1.0},
+                                                                 {("x", "y"): 1.0}])
+    assert binary.graph.edges() == aggregate([a, b, c], alpha, task="t").graph.edges()
+    with pytest.raises(FedpgmError, match=r"S\[x, y\] \+ S\[y, x\] = 1.3 > 1"):
+        confidence_from_doc({"edges": [["x", "y", 0.6], ["y", "x", 0.7]]}, a, "a")
+    with pytest.raises(FedpgmError, match="names a node it does not observe"):
+        confidence_from_doc({"edges": [["x", "q", 0.5]]}, a, "a")
+
+
+def test_pairs_nobody_observes_keep_their_last_state():
+    first = aggregate([dag(("x", "y"), ("y", "t")), dag(("z", "t"))], [1, 1], task="t")
+    later = aggregate([dag(("z", "t"))], [1], task="t", previous=first)  # nobody observes x or y now
+    assert sorted(later.graph.edges()) == [("x", "y"), ("y", "t"), ("z", "t")]
+    flipped = aggregate([dag(("y", "x"))], [1], task="t", previous=first)  # a voter on {x, y} decides
+    assert flipped.graph.has_edge("y", "x") and not flipped.graph.has_edge("x", "y")

@@ -228,3 +228,72 @@ def test_an_fcm_round_goes_on_with_its_quorum_and_names_who_was_left_out(asia):
     out = fcm_rounds(asia, clients, everyone, [], RoundSettings(**settings, min_clients=3))
     assert [h["clients"] for h in out["history"]] == [everyone[1:]] * 2
     assert list(out["left_out"]) == [refusing.client_id] and "differential privacy" in out["left_out"][refusing.client_id]
+
+
+def test_per_round_graph_aggregation_uses_exactly_the_sampled_clients(asia):
+    """The paper's Algorithm 1: at every round the shared graph is aggregated from that round's
+    sampled clients K_t (pairs none of them observes keep their last state); the model adapts
+    whenever it changes."""
+    from fedpgm.concepts.graphs import aggregate, from_edge_list
+    from fedpgm.concepts.federation import GRAPH
+
+    clients, initial, late = make_clients(asia, FCMSettings(network="asia", clients=6, perturbed_clients=0.5,
+                                                            perturbed_edges=0.5))
+    s = RoundSettings(kind="cgm", regime="fcm", rounds=8, per_round=2, join_round=3, patience=20, hidden=8,
+                      emb=4, train=TrainSettings(batch_size=256), graph_rounds="round")
+    out = fcm_rounds(asia, clients, initial, late, s)
+    by_id = {c.client_id: c for c in clients}
+    graph_of = {c: from_edge_list(by_id[c].meta[GRAPH]) for c in by_id}
+    rows = {c: len(by_id[c].train) for c in by_id}
+    changes = {g["round"]: g["edges"] for g in out["graph_changes"]}
+    prev = None
+    for h in out["history"]:
+        cs = h["clients"]  # every sampled client answered
+        new = aggregate([graph_of[c] for c in cs], [rows[c] for c in cs], asia.task, s.seed, previous=prev)
+        edges = sorted([u, v] for u, v in new.graph.edges())
+        if prev is not None and (set(new.graph.edges()) != set(prev.graph.edges()) or set(new.graph) != set(prev.graph)):
+            assert changes.pop(h["round"]) == edges  # (a change of nodes or edges)
+        prev = new
+    assert changes == {} and out["graph_changes"]  # every change explained, and the graph did change
+    assert sorted(out["graph"].edges()) == sorted(prev.graph.edges())
+
+
+def test_confidence_votes_need_every_clients_matrix(asia):
+    from fedpgm.concepts.federation import CONFIDENCE
+
+    clients, initial, late = make_clients(asia, FCMSettings(network="asia", clients=4))
+    for c in clients[1:]:
+        g = c.meta["concept_graph"]
+        c.meta[CONFIDENCE] = {"edges": [[u, v, 0.8] for u, v in g["edges"]]}
+    s = RoundSettings(kind="cbm", regime="fcm", rounds=1, per_round=2, join_round=5, hidden=8, emb=4,
+                      train=TrainSettings(batch_size=256), graph_votes="confidence")
+    with pytest.raises(FedpgmError, match=r"client\(s\) \['client-0'\] sent no edge-confidence matrix; with "
+                                          "graph_votes='confidence' every client sends one"):
+        fcm_rounds(asia, clients, initial, late, s)
+    clients[0].meta[CONFIDENCE] = {"edges": [[u, v, 0.8] for u, v in clients[0].meta["concept_graph"]["edges"]]}
+    out = fcm_rounds(asia, clients, initial, late, s)  # S = 0.8 A everywhere: the same vote as S = A
+    assert sorted(out["graph"].edges()) == sorted(fcm_rounds(
+        asia, clients, initial, late, RoundSettings(**{**s.__dict__, "graph_votes": "adjacency"}))["graph"].edges())
+
+
+def test_paper_protocol_settings_and_shifted_late_clients(asia):
+    """The paper's protocol comes from one place; late clients' root marginals move, their
+    conditionals (the DAG's mechanisms) do not."""
+    from fedpgm.concepts.experiment import PAPER_PROTOCOL, paper_protocol
+
+    s = paper_protocol(FCMSettings(network="asia", clients=8))
+    assert s.rounds.graph_rounds == PAPER_PROTOCOL["rounds"]["graph_rounds"] == "round"
+    assert s.centralized_graph == "true" and s.late_shift == PAPER_PROTOCOL["late_shift"] > 0
+    plain, _, late = make_clients(asia, FCMSettings(network="asia", clients=8))
+    shifted, _, _ = make_clients(asia, s)
+    roots = [n for n in asia.nodes if n != asia.task and asia.dag.in_degree(n) == 0]
+    root = max(roots, key=lambda n: np.bincount(asia.codes[:, asia.nodes.index(n)]).min())  # the least skewed
+    j = asia.nodes.index(root)
+
+    def marginal(cs):
+        codes = np.concatenate([asia.codes[c.train.index.to_numpy(), j] for c in cs if c.client_id in late])
+        return np.bincount(codes, minlength=asia.cards[root]) / len(codes)
+
+    assert np.abs(marginal(shifted) - marginal(plain)).max() > 0.05  # the late clients' root prior moved
+    rows = np.concatenate([c.train.index.to_numpy() for c in shifted])
+    assert len(np.unique(rows)) == len(rows)  # still disjoint

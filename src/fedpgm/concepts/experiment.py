@@ -5,6 +5,20 @@ network with a random 30% of its concepts held back, so the clients joining at `
 bring concepts and edges unseen before; together the late clients cover every node. A fraction
 ``r`` of clients gets its graph perturbed on a fraction ``p`` of edges. The training rows are
 split into K disjoint parts; each keeps labels only for its subgraph's nodes.
+
+Late clients from a shifted distribution (``late_shift`` = s > 0; the paper's late clients may
+bring "data from new distributions"): the late clients' rows are drawn from the training rows
+with weights prod_r q_r(x_r) / p_r(x_r) over the network's root nodes r (the task excluded),
+where p_r is a root's empirical marginal and q_r = (1 - s) p_r + s d_r with d_r a seeded
+Dirichlet(1) draw. Reweighting by root values only is exactly sampling the same network with
+other root priors: every other conditional distribution, hence the true DAG, is unchanged. The
+initial clients' rows are drawn uniformly from the rest; validation and test rows are not
+shifted.
+
+``PAPER_PROTOCOL`` (one place; ``benchmarks/fcm_table1.py --protocol paper`` reads it): the
+server steps as published: per-round graph aggregation over the sampled clients, votes as the
+paper's experiments send them (binary adjacency), the centralized baseline on the true DAG, and
+late clients from a shifted distribution.
 """
 
 from __future__ import annotations
@@ -44,8 +58,36 @@ class FCMSettings:
     perturbed_clients: float = 0.0  # r
     perturbed_edges: float = 0.0  # p
     backend: str = "inprocess"  # "flower": a loopback deployment, one SuperNode per client; "simulation"
+    centralized_graph: str = "aggregated"  # "true": the centralized baseline on the network's DAG (the paper)
+    late_shift: float = 0.0  # s in [0, 1]: late clients' rows from shifted root priors (module doc)
     rounds: RoundSettings = field(default_factory=RoundSettings)
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
+
+
+# The paper's server steps and data (Fenoglio et al., Sec. 4.2.1, Alg. 1, App. B/D); LATE_SHIFT is
+# this project's choice of how strong "a new distribution" is (the paper gives no number).
+LATE_SHIFT = 0.5
+PAPER_PROTOCOL = {"rounds": {"graph_rounds": "round", "graph_votes": "adjacency"},
+                  "centralized_graph": "true", "late_shift": LATE_SHIFT}
+CENTRALIZED_GRAPHS = ("aggregated", "true")
+
+
+def paper_protocol(s: FCMSettings) -> FCMSettings:
+    """``s`` with the paper's protocol (``PAPER_PROTOCOL``)."""
+    top = {k: v for k, v in PAPER_PROTOCOL.items() if k != "rounds"}
+    return replace(s, rounds=replace(s.rounds, **PAPER_PROTOCOL["rounds"]), **top)
+
+
+def shift_weights(d: ConceptData, rows: np.ndarray, shift: float, rng: np.random.Generator) -> np.ndarray:
+    """(len(rows),) sampling weights that move each root node's marginal towards a Dirichlet(1)
+    draw by ``shift`` (module doc); all ones for shift 0."""
+    w = np.ones(len(rows))
+    for root in [n for n in d.nodes if n != d.task and d.dag.in_degree(n) == 0]:
+        codes = d.codes[rows, d.nodes.index(root)]
+        p = np.bincount(codes, minlength=d.cards[root]) / len(codes)
+        q = (1 - shift) * p + shift * rng.dirichlet(np.ones(d.cards[root]))
+        w *= q[codes] / p[codes]
+    return w
 
 
 def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ClientData], list[str], list[str]]:
@@ -62,8 +104,17 @@ def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ClientData], list
     graphs = first + rest
     perturbed = rng.random(k) < s.perturbed_clients
     graphs = [perturb(g, s.perturbed_edges, rng, d.task) if p else g for g, p in zip(graphs, perturbed)]
+    if not 0.0 <= s.late_shift <= 1.0:
+        raise FedpgmError(f"late_shift must lie in [0, 1], got {s.late_shift}")
     train = d.part(0)
-    parts = np.array_split(rng.permutation(train), k)
+    if s.late_shift > 0:  # late rows drawn with shifted root priors, initial rows uniformly from the rest
+        w = shift_weights(d, train, s.late_shift, rng)
+        size = len(train) // k
+        late_rows = rng.choice(train, size=(k - k0) * size, replace=False, p=w / w.sum())
+        rest = rng.permutation(np.setdiff1d(train, late_rows))[: k0 * size]
+        parts = np.array_split(rest, k0) + np.array_split(late_rows, k - k0)
+    else:
+        parts = np.array_split(rng.permutation(train), k)
     feats = [Feature(f"{X_PREFIX}{j}", "continuous") for j in range(d.x.shape[1])]
     clients = []
     for i, (g, rows) in enumerate(zip(graphs, parts)):
@@ -103,6 +154,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
         raise FedpgmError(f"unknown DP scope '{r.dp_scope}'; use one of {DP_SCOPES}")
     if not r.train.lr > 0:
         raise FedpgmError(f"--lr {r.train.lr}: the learning rate must be positive (e.g. 1e-3)")
+    if s.centralized_graph not in CENTRALIZED_GRAPHS:
+        raise FedpgmError(f"centralized_graph must be one of {CENTRALIZED_GRAPHS}, got '{s.centralized_graph}'")
     if r.per_round > s.clients:
         raise FedpgmError(f"--per-round {r.per_round} exceeds --clients {s.clients}; lower it")
     if r.secure_aggregation and s.backend == "inprocess":
@@ -135,7 +188,7 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
             report["connected_at_start"] = out["connected_at_start"]
         model = out["model"]
         report.update(rounds=len(out["history"]), val_task_loss=[h["val_task_loss"] for h in out["history"]],
-                      joins=out["joins"], removed_edges=out["removed_edges"],
+                      joins=out["joins"], removed_edges=out["removed_edges"], graph_changes=out["graph_changes"],
                       fraction_params_changed=sum(j["fraction_params_changed"] for j in out["joins"]))
         if r.dp_epsilon is not None:
             report.update(dp={"target_epsilon": r.dp_epsilon, "scope": r.dp_scope, "delta": r.dp_delta,
@@ -148,8 +201,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     elif r.regime == "centralized":
         pooled = pd.concat([c.train for c in clients]).sort_index()
         x, codes, nodes = split_table(pooled)
-        agg = aggregate(all_graphs, sizes, d.task, r.seed)
-        model = ConceptModel(r.kind, d.x.shape[1], d.cards, agg.graph, d.task, r.hidden, r.emb, r.seed)
+        graph = d.dag if s.centralized_graph == "true" else aggregate(all_graphs, sizes, d.task, r.seed).graph
+        model = ConceptModel(r.kind, d.x.shape[1], d.cards, graph, d.task, r.hidden, r.emb, r.seed)
         history = train_alone(model, x, codes, nodes, val, r)
         report.update(rounds=len(history), val_task_loss=[h["val_task_loss"] for h in history],
                       fraction_params_changed=0.0, bytes_up=0, bytes_down=0)
@@ -240,6 +293,7 @@ def flower_procedure(fed, initial: list[str], late: list[str], cards: dict, task
     res = run_rounds(fed, initial, late, cards, task, input_dim, v, s)
     save_model(res["model"], out)
     return {"connected_at_start": connected, "history": res["history"], "joins": res["joins"],
+            "graph_changes": res["graph_changes"],
             "removed_edges": res["removed_edges"],
             "epsilon_spent": res["epsilon_spent"], "epsilon_per_update": res["epsilon_per_update"],
             "ledger": fed.ledger.totals()}

@@ -2,18 +2,25 @@
 
 Client (``HANDLERS``, name ``concepts``): a client's table holds the input-code columns
 ``input:0..`` and the node columns it can label (codes, NaN where a row is unlabelled); its
-concept graph is ``meta["concept_graph"]``. ``describe`` sends that graph (an edge list over
-the nodes it can label) and its number of rows; ``train`` rebuilds the model from the server's
-architecture (JSON) and weights, trains the modules it can supervise for a few epochs and
-sends back those modules' weights only. Rows never leave.
+concept graph is ``meta["concept_graph"]`` and, optionally, its edge-confidence matrix
+``meta["concept_confidence"]`` (``{"edges": [[i, j, S_ij], ...]}``). ``describe`` sends those
+(the graph an edge list over the nodes it can label) and its number of rows; ``train``
+rebuilds the model from the server's architecture (JSON) and weights, trains the modules it can
+supervise for a few epochs and sends back those modules' weights only. Rows never leave.
 
 Server (``run_rounds``): the pool of clients grows at ``join_round``; each round samples
 ``per_round`` joined clients, collects their module updates and averages module by module
-(only over the clients that trained a module; the encoder over all). At a join the regime
-decides: ``fcm`` aggregates the graphs of all joined clients and adapts the architecture
-(new modules, re-wired parents, existing weights kept); ``static`` keeps the first round's
-concept set and architecture; ``reinit`` rebuilds the model from scratch on the new graph.
-Early stopping on the validation task loss (patience) only counts rounds after the last join.
+(only over the clients that trained a module; the encoder over all). Where the shared graph
+comes from (``graph_rounds``): ``"join"`` (this project's default) aggregates the graphs of all
+joined clients before round 1 and at the join; ``"round"`` (the paper's Algorithm 1)
+aggregates, at every round, the graphs of that round's sampled clients K_t, pairs none of them
+observes keeping their last state. The vote (``graph_votes``): ``"adjacency"`` (S = A, what the
+paper's experiments send) or ``"confidence"`` (every client sends S; one that does not is
+refused). When the graph changes, the regime decides: ``fcm`` adapts the architecture (new
+modules, re-wired parents, existing weights kept); ``static`` keeps the first round's concept
+set and architecture; ``reinit`` rebuilds the model from scratch on the new graph at the join.
+Early stopping on the validation task loss (patience) only counts rounds after the last join
+and restarts whenever the architecture changes.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from fedpgm.concepts.graphs import aggregate, from_edge_list
+from fedpgm.concepts.graphs import aggregate, confidence_from_doc, from_edge_list
 from fedpgm.concepts.models import ConceptModel, arrays, load_arrays, module_of
 from fedpgm.concepts.privacy import ClientDP, DPSettings
 from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
@@ -41,6 +48,9 @@ X_PREFIX = "input:"  # input-code columns: input:0, input:1, ...
 
 
 GRAPH = "concept_graph"  # a client's concept graph (edge list) in its ClientData.meta
+CONFIDENCE = "concept_confidence"  # optionally, its edge-confidence matrix S^(k) (ClientData.meta)
+GRAPH_ROUNDS = ("join", "round")  # when the server aggregates the client graphs
+GRAPH_VOTES = ("adjacency", "confidence")  # what each client's vote is
 
 
 def split_table(frame, task: str | None = None):
@@ -61,7 +71,10 @@ def describe(request: Message, ctx: ClientContext) -> Message:
     if not (codes >= 0).any():
         raise FedpgmError(f"client '{ctx.client_id}' has neither concept nor task labels; it cannot "
                           "train any module")
-    return Message("describe", config={"graph": graph, "n_rows": len(ctx.data.train), "nodes": nodes})
+    config = {"graph": graph, "n_rows": len(ctx.data.train), "nodes": nodes}
+    if ctx.data.meta.get(CONFIDENCE) is not None:
+        config["confidence"] = ctx.data.meta[CONFIDENCE]
+    return Message("describe", config=config)
 
 
 @HANDLERS.train("train")
@@ -111,6 +124,8 @@ class RoundSettings:
     dp_scope: str = "training"  # calibrate the noise to the whole training or to each update (privacy.py)
     min_clients: int | None = None  # a round goes on with this many of its chosen clients (None: all)
     secure_aggregation: bool = False  # module averages by SecAgg+ (Flower backend; fedpgm.federation.secagg)
+    graph_rounds: str = "join"  # "round": the paper's per-round aggregation over the sampled clients
+    graph_votes: str = "adjacency"  # "confidence": votes weighted by the clients' S^(k)
 
 
 def changed_fraction(before: dict[str, torch.Tensor], model: ConceptModel) -> float:
@@ -129,36 +144,56 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
         raise FedpgmError(f"run_rounds runs the federated regimes, not '{s.regime}'")
     if s.per_round > len(initial) + len(late):
         raise FedpgmError(f"--per-round {s.per_round} exceeds the {len(initial) + len(late)} clients; lower it")
+    if s.graph_rounds not in GRAPH_ROUNDS or s.graph_votes not in GRAPH_VOTES:
+        raise FedpgmError(f"graph_rounds must be one of {GRAPH_ROUNDS} and graph_votes one of {GRAPH_VOTES}, "
+                          f"got '{s.graph_rounds}', '{s.graph_votes}'")
     rng = np.random.default_rng(s.seed)
     info = {c: m.config for c, m in fed.broadcast("describe", clients=initial).require_all().items()}
 
-    def merged():
-        cs = sorted(info)
+    def merged(cs: list[str], previous=None):
         graphs = [from_edge_list(info[c]["graph"], set(cards), f"client '{c}'") for c in cs]
-        return aggregate(graphs, [info[c]["n_rows"] for c in cs], task, s.seed)
+        return aggregate(graphs, [info[c]["n_rows"] for c in cs], task, s.seed,
+                         confidences_of(info, cs, graphs) if s.graph_votes == "confidence" else None, previous)
 
-    agg = merged()
+    def choose() -> list[str]:
+        pool = sorted(info)
+        return sorted(rng.choice(pool, size=min(s.per_round, len(pool)), replace=False).tolist())
+
+    per_round_graph = s.graph_rounds == "round"
+    chosen = choose() if per_round_graph else None  # the paper: round 1's graph is K_1's
+    agg = merged(chosen if per_round_graph else sorted(info))
     model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed)
-    history, joins, spent, per_update = [], [], {}, {}
+    history, joins, graph_changes, spent, per_update = [], [], [], {}, {}
     stop = EarlyStopping(model, s.patience)
     for r in range(1, s.rounds + 1):
+        join = None
         if r == s.join_round and late:
             fed.admit(late)  # on Flower, the late clients' SuperNodes connect now
             info.update({c: m.config for c, m in fed.broadcast("describe", clients=late).require_all().items()})
             before = {k: v.clone() for k, v in model.state_dict().items()}
             join = {"round": r, "clients": len(info)}
-            if s.regime == "fcm":
-                agg = merged()
+            if s.regime == "fcm" and not per_round_graph:
+                agg = merged(sorted(info))
                 join.update(model.adapt(agg.graph, cards))
                 join["removed_edges"] = agg.removed
             elif s.regime == "reinit":
-                agg = merged()
+                agg = merged(sorted(info), agg if per_round_graph else None)
                 model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed + r)
             stop = EarlyStopping(model, s.patience)  # the architecture changed: compare from here
+        if r > 1 or not per_round_graph:
+            chosen = choose()
+        if per_round_graph and r > 1 and s.regime == "fcm":  # Algorithm 1: G_t from K_t's graphs
+            new = merged(chosen, agg)
+            if set(new.graph.edges()) != set(agg.graph.edges()) or set(new.graph) != set(agg.graph):
+                change = model.adapt(new.graph, cards)
+                graph_changes.append({"round": r, "edges": sorted([u, v] for u, v in new.graph.edges()), **change})
+                if join is not None:
+                    join.update(change)
+                stop = EarlyStopping(model, s.patience)  # the architecture changed: compare from here
+            agg = new
+        if join is not None:
             join["fraction_params_changed"] = changed_fraction(before, model)
             joins.append(join)
-        pool = sorted(info)
-        chosen = sorted(rng.choice(pool, size=min(s.per_round, len(pool)), replace=False).tolist())
         cfg = {"spec": model.spec(), "settings": asdict(s.train) | {"seed": s.seed * 1000 + r}}
         if s.dp_epsilon is not None:
             epochs = s.train.epochs if s.dp_scope == "update" else s.rounds * s.train.epochs
@@ -183,9 +218,19 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
         if (r >= s.join_round or not late) and stop.update(loss):
             break
     stop.restore()
-    return {"model": model, "history": history, "joins": joins, "graph": agg.graph,
+    return {"model": model, "history": history, "joins": joins, "graph": agg.graph, "graph_changes": graph_changes,
             "removed_edges": agg.removed, "epsilon_spent": spent, "epsilon_per_update": per_update,
             "left_out": fed.left_out_report()}
+
+
+def confidences_of(info: dict, clients: list[str], graphs: list) -> list[dict]:
+    """Each client's edge-confidence matrix S^(k) from its ``describe`` reply; a client that sent
+    none is refused (graph_votes="confidence" weighs every vote by one)."""
+    missing = [c for c in clients if "confidence" not in info[c]]
+    if missing:
+        raise FedpgmError(f"client(s) {missing} sent no edge-confidence matrix; with graph_votes='confidence' "
+                          f"every client sends one (ClientData.meta['{CONFIDENCE}']), or use graph_votes='adjacency'")
+    return [confidence_from_doc(info[c]["confidence"], g, f"client '{c}'") for c, g in zip(clients, graphs)]
 
 
 def secure_round(fed, model: ConceptModel, cfg: dict, chosen: list[str], rows: dict[str, int],

@@ -6,9 +6,13 @@
 - ``perturb``: flip, remove or add a fraction p of a graph's edges, keeping it acyclic and the
   task a sink.
 - ``aggregate`` (Sec. 4.2.1): for each unordered pair, the clients observing both nodes vote,
-  weighted by their data size, among i->j, j->i and no edge; ties are broken by a seeded draw.
-  Edges leaving the task are dropped, then cycles are removed by repeatedly deleting the
-  weakest edge (lowest vote share) on a cycle. The log of removed edges is returned.
+  weighted by their data size (alpha_k), among i->j, j->i and no edge: client k adds alpha_k
+  S_ij, alpha_k S_ji and alpha_k (1 - S_ij - S_ji), where S is its edge-confidence matrix
+  (``confidences``; without one, S = its adjacency matrix A). Ties are broken by a seeded draw.
+  A pair no voter observes keeps its state in ``previous`` (the last round's graph: the
+  federation is monotone, so dependency information is retained when its holders are not
+  sampled). Edges leaving the task are dropped, then cycles are removed by repeatedly deleting
+  the weakest edge (lowest vote share) on a cycle. The log of removed edges is returned.
 - ``diff_pairs``: pairs of nodes whose ancestor relation differs between two DAGs.
 """
 
@@ -103,24 +107,60 @@ def check_client_graph(g: nx.DiGraph, known: set | None, who: str) -> None:
             raise FedpgmError(f"{who}'s concept graph names unknown node(s) {unknown}")
 
 
-def aggregate(graphs: list[nx.DiGraph], sizes: list[float], task: str, seed: int = 0) -> Aggregated:
-    """Weighted three-way vote per pair, task kept a sink, cycles broken at their weakest edge."""
-    if len(graphs) != len(sizes):
-        raise FedpgmError("aggregate needs one data size per client graph")
+def adjacency_confidence(g: nx.DiGraph) -> dict[tuple[str, str], float]:
+    """S = A: confidence 1 for each of the graph's edges (0 elsewhere)."""
+    return {(u, v): 1.0 for u, v in g.edges()}
+
+
+def confidence_from_doc(doc: dict, g: nx.DiGraph, who: str) -> dict[tuple[str, str], float]:
+    """A client's edge-confidence matrix S from ``{"edges": [[i, j, S_ij], ...]}`` (pairs not
+    listed: 0), over the nodes of its graph ``g``; each S_ij in [0, 1], S_ij + S_ji <= 1."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("edges"), list):
+        raise FedpgmError(f"{who}'s edge-confidence matrix must be a JSON object with 'edges': [[i, j, S_ij], ...]")
+    S: dict[tuple[str, str], float] = {}
+    for e in doc["edges"]:
+        if not isinstance(e, (list, tuple)) or len(e) != 3 or not isinstance(e[2], (int, float)):
+            raise FedpgmError(f"{who}: confidence entry {e!r} is not [i, j, S_ij]")
+        i, j, v = str(e[0]), str(e[1]), float(e[2])
+        if i not in g or j not in g or i == j:
+            raise FedpgmError(f"{who}: confidence entry {e!r} names a node it does not observe, or a self-loop")
+        if not 0.0 <= v <= 1.0:
+            raise FedpgmError(f"{who}: confidence of {i} -> {j} is {v}; it must lie in [0, 1]")
+        S[(i, j)] = v
+    for (i, j), v in S.items():
+        if v + S.get((j, i), 0.0) > 1.0 + 1e-9:
+            raise FedpgmError(f"{who}: S[{i}, {j}] + S[{j}, {i}] = {v + S[(j, i)]:.3g} > 1; they are the "
+                              "probabilities of two exclusive outcomes")
+    return S
+
+
+def aggregate(graphs: list[nx.DiGraph], sizes: list[float], task: str, seed: int = 0,
+              confidences: list[dict] | None = None, previous: "Aggregated | None" = None) -> Aggregated:
+    """Weighted three-way vote per pair (S = A unless ``confidences``, one S per graph), pairs
+    nobody observes kept as in ``previous``, task kept a sink, cycles broken at their weakest edge."""
+    if len(graphs) != len(sizes) or (confidences is not None and len(confidences) != len(graphs)):
+        raise FedpgmError("aggregate needs one data size (and confidence matrix) per client graph")
     for i, g in enumerate(graphs):
         check_client_graph(g, None, f"client {i}")
+    scores = confidences or [adjacency_confidence(g) for g in graphs]
     rng = np.random.default_rng(seed)
-    nodes = sorted(set().union(*(g.nodes() for g in graphs)))
+    kept = previous.graph if previous is not None else nx.DiGraph()
+    nodes = sorted(set().union(kept.nodes(), *(g.nodes() for g in graphs)))
     G = nx.DiGraph()
     G.add_nodes_from(nodes)
     weights = {}
     for a_i, a in enumerate(nodes):
         for b in nodes[a_i + 1:]:
             votes = np.zeros(3)  # a->b, b->a, none
-            for g, w in zip(graphs, sizes):
+            for g, S, w in zip(graphs, scores, sizes):
                 if a in g and b in g:
-                    votes[0 if g.has_edge(a, b) else 1 if g.has_edge(b, a) else 2] += w
-            if votes.sum() == 0:
+                    ab, ba = S.get((a, b), 0.0), S.get((b, a), 0.0)
+                    votes += w * np.array([ab, ba, 1.0 - ab - ba])
+            if votes.sum() == 0:  # no voter this time: the pair keeps its last state
+                for u, v in ((a, b), (b, a)):
+                    if kept.has_edge(u, v):
+                        G.add_edge(u, v)
+                        weights[(u, v)] = previous.weights.get((u, v), 1.0)
                 continue
             best = np.flatnonzero(votes == votes.max())
             choice = int(best[rng.integers(len(best))]) if len(best) > 1 else int(best[0])
