@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import bar_panels, emit, mean_std, pool  # noqa: E402
 
 from fedpgm.concepts.data import bayes_task_accuracy, make_concept_data  # noqa: E402
-from fedpgm.concepts.experiment import PAPER_PROTOCOL, FCMSettings, paper_protocol, run_fcm_tuned  # noqa: E402
+from fedpgm.concepts.experiment import (PAPER_PROTOCOL, PROTOCOLS, FCMSettings, paper_protocol,  # noqa: E402
+                                        run_fcm_tuned)
 from fedpgm.concepts.federation import RoundSettings  # noqa: E402
 from fedpgm.concepts.models import KINDS  # noqa: E402
 
@@ -55,7 +56,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--lrs", nargs="+", type=float, default=[1e-3],
                     help="Adam learning rates to try; each run keeps the best on validation task loss")
-    ap.add_argument("--protocol", choices=("project", "paper"), default="project",
+    ap.add_argument("--protocol", choices=PROTOCOLS, default="project",
                     help="paper: the published server steps and shifted late clients (PAPER_PROTOCOL)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--check", metavar="JSON", help="only add the targets to an earlier result file")

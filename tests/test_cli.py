@@ -179,6 +179,7 @@ def test_progress_without_a_terminal_prints_one_line_per_update(capsys):
 def test_enumerated_options_list_their_values_and_refuse_others(cli):
     from fedpgm.cli_common import CHOICES
     from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES
+    from fedpgm.concepts.experiment import PROTOCOLS
     from fedpgm.concepts.federation import REGIMES
     from fedpgm.concepts.models import KINDS
     from fedpgm.concepts.privacy import DP_SCOPES
@@ -195,7 +196,8 @@ def test_enumerated_options_list_their_values_and_refuse_others(cli):
     assert CHOICES == {"split": SPLITS, "scheme": HORIZONTAL_SCHEMES, "backend": BACKENDS, "glue": GLUES,
                        "placement": PLACEMENTS, "align": ALIGNMENTS, "tree_root": COMBINES, "ensemble": ENSEMBLES,
                        "leaf": CONTINUOUS_LEAVES, "missing": MISSING_POLICIES, "graph": GRAPH_METHODS,
-                       "ngm_mode": MODES, "model": KINDS, "regime": REGIMES, "dp_scope": DP_SCOPES}
+                       "ngm_mode": MODES, "model": KINDS, "regime": REGIMES, "dp_scope": DP_SCOPES,
+                       "protocol": PROTOCOLS}
     from typer.main import get_command
 
     from fedpgm.cli import app

@@ -40,6 +40,7 @@ CHOICES = {
     "model": ("cbm", "cem", "cgm", "c2bm", "opaque"),  # fedpgm.concepts.models.KINDS
     "regime": ("centralized", "local", "static", "fcm", "reinit"),  # fedpgm.concepts.federation.REGIMES
     "dp_scope": ("training", "update"),  # fedpgm.concepts.privacy.DP_SCOPES
+    "protocol": ("project", "paper"),  # fedpgm.concepts.experiment.PROTOCOLS
 }
 
 

@@ -255,3 +255,16 @@ def test_a_client_merges_clusters_below_its_floor_and_refuses_families_it_does_n
     with InProcessFederation(part, HANDLERS, mode="sequential") as fed:
         with pytest.raises(ClientFailed, match="client 'client-0' does not serve 'fedpc'.*allows ngm"):
             fit_fedpc(fed, clusters=2, seed=0)
+
+
+def test_the_papers_table4_settings_come_from_one_place():
+    from fedpgm.fedpc.experiment import PAPER_TABLE4, FitSettings, paper_settings
+
+    s = paper_settings("vertical", "breast_cancer", FitSettings(clusters=2, params={"min_instances_slice": 20}))
+    assert s.params == {"min_instances_slice": 300, "threshold": 0.4} and s.glue == "combinatorial"
+    h = paper_settings("horizontal", "adult", FitSettings())
+    assert h.params == {"min_instances_slice": 200, "threshold": 0.3} and h.glue == "random"  # no gluing there
+    assert {(split, d) for split, d in PAPER_TABLE4} == {(sp, d) for sp in ("horizontal", "vertical", "hybrid")
+                                                         for d in ("adult", "credit", "breast_cancer")}
+    with pytest.raises(FedpgmError, match="Table 4 has no vertical setting for 'wine'"):
+        paper_settings("vertical", "wine", FitSettings())

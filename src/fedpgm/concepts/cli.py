@@ -47,6 +47,11 @@ def fit(
     secure_aggregation: Annotated[bool, typer.Option(help="Module averages by Flower's SecAgg+: the server "
                                                           "sees only sums (--backend flower)")] = False,
     timeout: Timeout = 3600.0,
+    protocol: Annotated[str, typer.Option(
+        help="project (graph aggregated at round 1 and the join over every joined client; centralized on that "
+             "graph) or paper (the published steps: graph from each round's sampled clients, centralized on the "
+             "true DAG, late clients from shifted root priors; docs/concepts.md)",
+        click_type=one_of("protocol"))] = "project",
     seed: Seed = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")] = None,
     plot: Annotated[Optional[Path], typer.Option(
@@ -55,7 +60,7 @@ def fit(
     force: Force = False,
 ) -> None:
     """Train a concept model on DATASET under a regime and report accuracy, coverage and bytes."""
-    from fedpgm.concepts.experiment import FCMSettings, run_fcm
+    from fedpgm.concepts.experiment import FCMSettings, paper_protocol, run_fcm
     from fedpgm.concepts.federation import RoundSettings
     from fedpgm.concepts.models import save_model
     from fedpgm.concepts.train import TrainSettings
@@ -70,6 +75,8 @@ def fit(
                                                 join_round=join, seed=seed, dp_epsilon=dp_epsilon,
                                                 dp_scope=dp_scope, train=TrainSettings(lr=lr),
                                                 secure_aggregation=secure_aggregation))
+    if protocol == "paper":
+        settings = paper_protocol(settings)
     outputs = prepare_outputs(out, force, json=json_out)
     check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
     with stages(f"{model} {regime} on {network}", total=rounds) as update:

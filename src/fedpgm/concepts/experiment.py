@@ -70,6 +70,7 @@ LATE_SHIFT = 0.5
 PAPER_PROTOCOL = {"rounds": {"graph_rounds": "round", "graph_votes": "adjacency"},
                   "centralized_graph": "true", "late_shift": LATE_SHIFT}
 CENTRALIZED_GRAPHS = ("aggregated", "true")
+PROTOCOLS = ("project", "paper")
 
 
 def paper_protocol(s: FCMSettings) -> FCMSettings:

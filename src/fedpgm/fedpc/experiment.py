@@ -14,7 +14,7 @@ timed by their process CPU time, so a shared or busy machine does not skew the r
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,30 @@ class FitSettings:
         return {"clusters": self.clusters, "glue_how": self.glue, "products": self.products,
                 "learner": self.learner, "params": self.params, "placement": self.placement,
                 "seed": self.seed, "min_clients": self.min_clients, "align": self.align}
+
+
+# The FedPC paper's Table 4 (App. E.3): LearnSPN (RDC threshold, min_instances_slice) and
+# gluing per setting and dataset (Income = adult, Credit = credit, Cancer = breast_cancer); the
+# paper's horizontal rows need no gluing. One place: benchmarks/fedpc_density.py --protocol paper
+# reads it.
+PAPER_TABLE4 = {
+    ("horizontal", "adult"): {"threshold": 0.3, "min_instances_slice": 200, "glue": None},
+    ("horizontal", "credit"): {"threshold": 0.5, "min_instances_slice": 200, "glue": None},
+    ("horizontal", "breast_cancer"): {"threshold": 0.4, "min_instances_slice": 300, "glue": None},
+    **{(split, name): {"threshold": t, "min_instances_slice": m, "glue": "combinatorial"}
+       for split in ("vertical", "hybrid")
+       for name, t, m in (("adult", 0.4, 100), ("credit", 0.5, 50), ("breast_cancer", 0.4, 300))},
+}
+
+
+def paper_settings(split: str, dataset: str, base: FitSettings) -> FitSettings:
+    """``base`` with Table 4's LearnSPN settings and gluing for ``split`` on ``dataset``."""
+    if (split, dataset) not in PAPER_TABLE4:
+        raise FedpgmError(f"the paper's Table 4 has no {split} setting for '{dataset}'; it lists "
+                          f"{sorted({d for _, d in PAPER_TABLE4})}")
+    row = PAPER_TABLE4[(split, dataset)]
+    params = {**base.params, "threshold": row["threshold"], "min_instances_slice": row["min_instances_slice"]}
+    return replace(base, split=split, params=params, glue=row["glue"] or base.glue)
 
 
 def centralized(ds: Dataset, settings: FitSettings):
