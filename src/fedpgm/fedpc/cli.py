@@ -39,7 +39,7 @@ def fit(
     split: Annotated[str, typer.Option(help="horizontal, vertical or hybrid", click_type=one_of("split"))],
     clients: Annotated[int, typer.Option(help="Number of clients K")],
     clusters: Annotated[int, typer.Option(help="Clusters per single-client subspace")] = 2,
-    glue: Annotated[str, typer.Option(help="random (the paper), combinatorial, or aligned (shares "
+    glue: Annotated[str, typer.Option(help="random, combinatorial (the paper's Table 4), or aligned (shares "
                                            "each row's cluster index, not its data)",
                                       click_type=one_of("glue"))] = "random",
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
