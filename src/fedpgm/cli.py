@@ -193,6 +193,11 @@ def pc_fit(
     depth: Annotated[int, typer.Option(help="RAT-SPN: region-graph depth")] = 2,
     repetitions: Annotated[int, typer.Option(help="RAT-SPN: repetitions")] = 4,
     em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
+    select: Annotated[Optional[str], typer.Option(
+        help="LearnSPN: 'validation' chooses --min-instances and --threshold on the validation rows by "
+             "successive halving within --budget-s (fedpgm.circuits.selection); a dataset without a "
+             "validation split gives up 10% of its training rows", click_type=one_of("select"))] = None,
+    budget_s: Annotated[float, typer.Option("--budget-s", min=1.0, help="--select: wall-time budget, seconds")] = 120.0,
     seed: Seed = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the model (safetensors + JSON) here")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the fit report JSON here")] = None,
@@ -203,12 +208,16 @@ def pc_fit(
     """Learn a circuit on DATASET's train split; report the mean test log-likelihood (nats)."""
     import time
 
+    import numpy as np
+
     from fedpgm.circuits.estimator import ESTIMATORS
 
     if learner not in ESTIMATORS:
         raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
     if min_instances < 1:
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
+    if select is not None and learner != "learnspn":
+        raise FedpgmError("--select chooses LearnSPN's settings; use it with --learner learnspn")
     params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "seed": seed}
               if learner == "learnspn" else
               {"depth": depth, "repetitions": repetitions, "em_iterations": em_iterations, "leaf": leaf,
@@ -216,9 +225,21 @@ def pc_fit(
     model = ESTIMATORS[learner](**params).check_params()  # a bad setting is refused before the data is read
     outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
-    with stages(f"learning a {learner} circuit on {ds.name} ({len(ds.train)} rows)"):
+    selection = None
+    with stages(f"learning a {learner} circuit on {ds.name} ({len(ds.train)} rows)"
+                + (f", settings chosen on validation within {budget_s:g} s" if select else "")):
         t0 = time.perf_counter()
-        model.fit(ds.train, ds.schema)
+        if select is not None:
+            from fedpgm.circuits.selection import select_learnspn
+
+            train, valid = ds.train, ds.valid
+            if valid is None:  # a validation split from the training rows
+                held = np.random.default_rng(seed).permutation(len(train))[: max(1, len(train) // 10)]
+                valid, train = train.iloc[np.sort(held)], train.drop(train.index[held])
+            model, selection = select_learnspn(train, valid, ds.schema, budget_s, seed, leaf=leaf)
+            params = {**params, **selection["chosen"]}
+        else:
+            model.fit(ds.train, ds.schema)
         seconds = time.perf_counter() - t0
     stats = model.circuit_.stats()
     report = {"dataset": ds.name, "learner": learner, "params": params, "n_train": len(ds.train),
@@ -227,6 +248,8 @@ def pc_fit(
               "n_nodes": stats["n_nodes"], "n_edges": stats["n_edges"], "n_params": stats["n_params"]}
     if ds.valid is not None:
         report["valid_loglik"] = model.score(ds.valid)
+    if selection is not None:
+        report["selection"] = selection
     with outputs:
         if out is not None:
             model.save(out)

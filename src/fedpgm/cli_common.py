@@ -41,6 +41,7 @@ CHOICES = {
     "regime": ("centralized", "local", "static", "fcm", "reinit"),  # fedpgm.concepts.federation.REGIMES
     "dp_scope": ("training", "update"),  # fedpgm.concepts.privacy.DP_SCOPES
     "protocol": ("project", "paper"),  # fedpgm.concepts.experiment.PROTOCOLS
+    "select": ("validation",),  # fedpgm.circuits.selection.SELECTIONS
 }
 
 

@@ -1,0 +1,58 @@
+import pytest
+
+from fedpgm.circuits.estimator import LearnSPN
+from fedpgm.circuits.selection import RUNGS, candidates, default_settings, select_learnspn
+from fedpgm.data import load_dataset
+from fedpgm.errors import FedpgmError
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    ds = load_dataset("synthetic:mixed", seed=0, rows=3000)
+    n = len(ds.train)
+    return ds.train.iloc[: n * 4 // 5], ds.train.iloc[n * 4 // 5:], ds
+
+
+def test_the_starting_rule():
+    assert default_settings(16181, 16) == {"min_instances_slice": 127, "threshold": 0.1}  # nltcs
+    assert default_settings(1600, 180) == {"min_instances_slice": 40, "threshold": 0.3}  # dna: few rows per column
+    assert default_settings(50, 3) == {"min_instances_slice": 10, "threshold": 0.3}
+    assert len(candidates(16181, 16)) == 12
+
+
+def test_successive_halving_keeps_the_best_and_refits_it_on_every_row(mixed):
+    train, valid, ds = mixed
+    model, report = select_learnspn(train, valid, ds.schema, budget_s=600, seed=0)
+    rows = [t["rows"] for t in report["tried"]]
+    n = len(train)
+    assert rows.count(round(RUNGS[0] * n)) == len(candidates(n, len(ds.schema)))  # every candidate, cheaply
+    assert rows.count(round(RUNGS[1] * n)) == round(len(candidates(n, len(ds.schema))) / 3)
+    assert rows.count(n) == 2  # the best two of the second rung on every row
+    full = [t for t in report["tried"] if t["rows"] == n]
+    winner = max(full, key=lambda t: t["valid_loglik"])
+    assert report["chosen"] == {"min_instances_slice": winner["min_instances_slice"], "threshold": winner["threshold"]}
+    refit = LearnSPN(**report["chosen"], seed=0).fit(train, ds.schema)
+    assert model.score(valid) == pytest.approx(refit.score(valid), abs=1e-9) == pytest.approx(winner["valid_loglik"])
+    assert report["over_budget_s"] == 0.0
+
+
+def test_a_spent_budget_still_returns_the_leader_fitted_on_every_row(mixed):
+    train, valid, ds = mixed
+    model, report = select_learnspn(train, valid, ds.schema, budget_s=1e-3, seed=0)
+    assert report["tried"][-1]["rows"] == len(train) and len(report["tried"]) == 2  # one cheap fit, then the leader
+    assert report["over_budget_s"] > 0 and model.score(valid) == pytest.approx(report["valid_loglik"])
+    with pytest.raises(FedpgmError, match="budget must be positive"):
+        select_learnspn(train, valid, ds.schema, budget_s=0)
+
+
+def test_pc_fit_select_on_the_command_line(cli, tmp_path):
+    code, _, err = cli("pc", "fit", "wine", "--select", "validation", "--budget-s", "30",
+                       "--json", tmp_path / "r.json")
+    assert code == 0, err
+    import json
+
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["params"]["min_instances_slice"] == report["selection"]["chosen"]["min_instances_slice"]
+    assert report["selection"]["tried"]
+    code, _, err = cli("pc", "fit", "wine", "--learner", "ratspn", "--select", "validation")
+    assert code == 2 and "--select chooses LearnSPN's settings" in err
