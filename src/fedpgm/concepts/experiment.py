@@ -39,6 +39,7 @@ from fedpgm.concepts.models import ConceptModel, load_model, save_model
 from fedpgm.concepts.privacy import DP_SCOPES
 from fedpgm.concepts.train import TrainSettings, depths, evaluate
 from fedpgm.data.partition import ClientData, Partition
+from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
@@ -271,8 +272,9 @@ def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d
         np.savez(tmp / "val.npz", x=val[0], y=val[1])
         args = {"initial": initial, "late": late, "cards": d.cards, "task": d.task, "input_dim": int(d.x.shape[1]),
                 "val": str(tmp / "val.npz"), "settings": asdict(r), "out": str(tmp / "model")}
+        policies = {c.client_id: c.policy for c in clients if c.policy != ClientPolicy()}  # each node's own
         with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower", clients=None if simulation else initial,
-                                simulation=simulation) as dep:
+                                simulation=simulation, policies=policies) as dep:
             run = dep.submit("concepts", "concepts", args, clients=len(initial), timeout=max(3600.0, timeout),
                              exchange_timeout=timeout)
             if late and not simulation:  # the late clients' SuperNodes connect when the server asks for them
@@ -294,7 +296,7 @@ def flower_procedure(fed, initial: list[str], late: list[str], cards: dict, task
     res = run_rounds(fed, initial, late, cards, task, input_dim, v, s)
     save_model(res["model"], out)
     return {"connected_at_start": connected, "history": res["history"], "joins": res["joins"],
-            "graph_changes": res["graph_changes"],
+            "graph_changes": res["graph_changes"], "left_out": res["left_out"],
             "removed_edges": res["removed_edges"],
             "epsilon_spent": res["epsilon_spent"], "epsilon_per_update": res["epsilon_per_update"],
             "ledger": fed.ledger.totals()}

@@ -181,7 +181,8 @@ class LoopbackDeployment:
 
     def supernode_args(self, client_id: str, port: int, config: str, key: Path | None = None) -> list[str]:
         """The ``flower-supernode`` command of a client: plain text, or TLS checked against the
-        CA with the node's key (``key``, default the client's own)."""
+        CA with the node's key (``key``, default the client's own); ``config``: its node config, a
+        TOML file or inline ``key="value"`` pairs."""
         security = (["--insecure"] if self.pki is None else
                     ["--root-certificates", str(self.pki.ca),
                      "--auth-supernode-private-key", str(key or self.pki.node_key(client_id))])
@@ -199,9 +200,11 @@ class LoopbackDeployment:
                   "schema": str(self.node_manifest(client_id, work)), "workdir": str(work)}
         if client_id in self.policies:
             values["policy"] = json.dumps(self.policies[client_id].to_dict(), separators=(",", ":"))
-        config = " ".join(f"{k}={toml_value(v)}" for k, v in values.items())
+        # a node config file: Flower's inline `key=value` form cannot carry a JSON value (its quotes)
+        config = work / "node.toml"
+        config.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
         env = {**self.env, "FLWR_HOME": str(work / "flwr-home")}
-        proc = self.spawn(self.supernode_args(client_id, port, config), f"supernode-{client_id}.log", env)
+        proc = self.spawn(self.supernode_args(client_id, port, str(config)), f"supernode-{client_id}.log", env)
         self.nodes[client_id] = Node(client_id, proc, port)
         if wait:
             self.wait_node(client_id, timeout)
