@@ -19,8 +19,9 @@ paper's experiments send) or ``"confidence"`` (every client sends S; one that do
 refused). When the graph changes, the regime decides: ``fcm`` adapts the architecture (new
 modules, re-wired parents, existing weights kept); ``static`` keeps the first round's concept
 set and architecture; ``reinit`` rebuilds the model from scratch on the new graph at the join.
-Early stopping on the validation task loss (patience) only counts rounds after the last join
-and restarts whenever the architecture changes.
+Early stopping on the validation task loss (patience) only counts rounds after the last join;
+with per-round graphs it keeps a copy of the best round's whole model (its architecture may
+differ from the last round's) and returns that.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
     agg = merged(chosen if per_round_graph else sorted(info))
     model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed)
     history, joins, graph_changes, spent, per_update = [], [], [], {}, {}
-    stop = EarlyStopping(model, s.patience)
+    stop = EarlyStopping(model, s.patience, keep_module=per_round_graph)
     for r in range(1, s.rounds + 1):
         join = None
         if r == s.join_round and late:
@@ -179,7 +180,7 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
             elif s.regime == "reinit":
                 agg = merged(sorted(info), agg if per_round_graph else None)
                 model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed + r)
-            stop = EarlyStopping(model, s.patience)  # the architecture changed: compare from here
+            stop = EarlyStopping(model, s.patience, keep_module=per_round_graph)  # compare from the join on
         if r > 1 or not per_round_graph:
             chosen = choose()
         if per_round_graph and r > 1 and s.regime == "fcm":  # Algorithm 1: G_t from K_t's graphs
@@ -189,7 +190,6 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
                 graph_changes.append({"round": r, "edges": sorted([u, v] for u, v in new.graph.edges()), **change})
                 if join is not None:
                     join.update(change)
-                stop = EarlyStopping(model, s.patience)  # the architecture changed: compare from here
             agg = new
         if join is not None:
             join["fraction_params_changed"] = changed_fraction(before, model)
@@ -217,8 +217,8 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
             progress(r, loss)
         if (r >= s.join_round or not late) and stop.update(loss):
             break
-    stop.restore()
-    return {"model": model, "history": history, "joins": joins, "graph": agg.graph, "graph_changes": graph_changes,
+    model = stop.restore()  # (per-round graphs: the best round's model, in that round's architecture)
+    return {"model": model, "history": history, "joins": joins, "graph": model.graph, "graph_changes": graph_changes,
             "removed_edges": agg.removed, "epsilon_spent": spent, "epsilon_per_update": per_update,
             "left_out": fed.left_out_report()}
 
