@@ -13,9 +13,10 @@ candidate of a grid (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, t
 0.1, 0.2, 0.3) is learned on a quarter of the training rows (its slice minimum scaled with them)
 and scored on the validation rows; the best third goes on to half the rows, the best two to all
 of them, and the best of those on validation wins. A hopeless candidate is thus stopped after
-its cheapest fit. The budget bounds the whole search: no fit starts once it is spent (after at
-least one), and the leader so far is then learned on all rows (the one fit allowed to end past
-the budget, reported as ``over_budget_s``). Every fit is reported (settings, rows,
+its cheapest fit. The budget bounds the whole search: no fit starts that would end past it (its
+time estimated from the same candidate's last fit, scaled to the rows; at least one fit runs),
+and if no candidate reached every row the leader so far is learned on all of them (the one fit
+allowed to end past the budget, reported as ``over_budget_s``). Every fit is reported (settings, rows,
 seconds, validation log-likelihood).
 """
 
@@ -64,17 +65,21 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
     alive = candidates(len(train), len(schema))
     leader = None  # (validation score, settings): the best of the last rung run
     final = None  # (validation score, settings, model) of the best fit on every row
+    cost: dict = {}  # settings -> seconds of its last fit, per row
     for rung, fraction in enumerate(RUNGS):
         rows = np.sort(order[: max(2, round(fraction * len(train)))])  # (in the data's order)
         scored = []
         for c in alive:
-            if (scored or leader is not None) and time.perf_counter() - start > budget_s:
-                break  # out of time: the leader goes to the final fit
+            expected = cost.get(tuple(c.items()), 0.0) * len(rows)  # its last fit, scaled to these rows
+            if (scored or leader is not None) and time.perf_counter() - start + expected > budget_s:
+                break  # no time for it: the leader goes to the final fit
             scaled = {**c, "min_instances_slice": max(2, round(c["min_instances_slice"] * fraction))}
             t0 = time.perf_counter()
             model = LearnSPN(**scaled, seed=seed, **learner).fit(train.iloc[rows], schema)
             score = model.score(valid)
-            tried.append({**c, "rows": len(rows), "seconds": time.perf_counter() - t0, "valid_loglik": score})
+            seconds = time.perf_counter() - t0
+            cost[tuple(c.items())] = seconds / len(rows)
+            tried.append({**c, "rows": len(rows), "seconds": seconds, "valid_loglik": score})
             scored.append((score, c))
             if fraction == 1.0 and (final is None or score > final[0]):
                 final = (score, c, model)
