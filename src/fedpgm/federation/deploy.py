@@ -129,6 +129,12 @@ class LoopbackDeployment:
                     "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
         self.superlink: subprocess.Popen | None = None
         self.nodes: dict[str, Node] = {}
+        self.ray_tmp: Path | None = None
+        if simulation:  # Ray's session folders (logs, sockets) go here, removed with the deployment;
+            # a short path, since Ray's socket paths must stay under the 107 characters Unix allows
+            self.ray_tmp = Path(tempfile.mkdtemp(prefix="fedpgm-ray-"))
+            guard().add_path(self.ray_tmp)
+            self.env["RAY_TMPDIR"] = str(self.ray_tmp)
         self.runs: list[Run] = []
         self.policies = dict(policies or {})
         self.pki = pki  # TLS and SuperNode authentication (``fedpgm.federation.pki``); None: plain text
@@ -279,6 +285,9 @@ class LoopbackDeployment:
         if self.own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
             guard().forget_path(self.workdir)
+        if self.ray_tmp is not None:
+            shutil.rmtree(self.ray_tmp, ignore_errors=True)
+            guard().forget_path(self.ray_tmp)
 
     def __enter__(self) -> "LoopbackDeployment":
         try:
