@@ -68,7 +68,7 @@ def test_reference_on_the_simulation_runtime_equals_in_process(parts, tmp_path):
         assert "--simulation" in dep.superlink.args and not dep.nodes
         remote = dep.run("moments", "moments", timeout=240)
         helpers = deploy.descendant_groups(dep.pids) - set(dep.pids)
-        assert any(dep.ray_tmp.glob("session_*"))  # Ray's session folder is the deployment's ...
+        assert any(dep.ray_tmp.rglob("session_*"))  # Ray's session folder is the deployment's ...
     assert_all_stopped(dep.pids + sorted(helpers))
     assert not dep.ray_tmp.exists()  # ... and goes with it
     assert remote["backend"] == "simulation" and remote["clients"] == local["clients"]
