@@ -8,7 +8,7 @@ from fedpgm.errors import FedpgmError
 
 @pytest.fixture(scope="module")
 def mixed():
-    ds = load_dataset("synthetic:mixed", seed=0, rows=3000)
+    ds = load_dataset("synthetic:mixed", seed=0, rows=1500)
     n = len(ds.train)
     return ds.train.iloc[: n * 4 // 5], ds.train.iloc[n * 4 // 5:], ds
 
