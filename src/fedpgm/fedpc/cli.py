@@ -39,7 +39,7 @@ def fit(
     split: Annotated[str, typer.Option(help="horizontal, vertical or hybrid", click_type=one_of("split"))],
     clients: Annotated[int, typer.Option(help="Number of clients K")],
     clusters: Annotated[int, typer.Option(help="Clusters per single-client subspace")] = 2,
-    glue: Annotated[str, typer.Option(help="random, combinatorial (the paper's Table 4), or aligned (shares "
+    glue: Annotated[str, typer.Option(help="random (Algorithm 1), combinatorial (Table 4's runs), or aligned (shares "
                                            "each row's cluster index, not its data)",
                                       click_type=one_of("glue"))] = "random",
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
@@ -243,4 +243,5 @@ def demo() -> None:
     console.print(table)
     console.print("rel. time = (slowest client + server) / centralized LearnSPN; CPU seconds, one thread each.\n"
                   "aligned 8: clients share each row's cluster index (never its data) so the server can weight "
-                  "cluster pairs by how often they co-occur; random 2 is the paper's gluing.")
+                  "cluster pairs by how often they co-occur; random 2 is Algorithm 1's gluing (the paper's Table 4 "
+                  "runs used combinatorial).")
