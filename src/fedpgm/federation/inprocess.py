@@ -32,7 +32,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S, AuditHook, ClientFailure, Federation, Outcome
 from fedpgm.federation.codec import decode, encode
 from fedpgm.federation.handlers import ClientContext, HandlerSet, load_handlers
-from fedpgm.federation.lifecycle import watch_parent, worker_signals
+from fedpgm.federation.lifecycle import guard, watch_parent, worker_signals
 from fedpgm.threads import limit_torch
 
 MODES = ("processes", "sequential")
@@ -163,6 +163,8 @@ class InProcessFederation(Federation):
             load_handlers(handlers)  # fail here, before any folder or worker, not in every worker
         self._own_workdir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="fedpgm-clients-") if workdir is None else workdir)
+        if self._own_workdir:  # removed by the reaper too if this process dies without close()
+            guard().add_path(self.workdir)
         self.workers: dict[str, Worker] = {}
         try:
             dirs = {c.client_id: self.workdir / c.client_id for c in clients}
@@ -233,5 +235,6 @@ class InProcessFederation(Federation):
     def close(self) -> None:
         stop_all(list(self.workers.values()))
         self.workers = {}
-        if self._own_workdir and self.workdir.exists():
+        if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+            guard().forget_path(self.workdir)
