@@ -179,7 +179,13 @@ def test_progress_without_a_terminal_prints_one_line_per_update(capsys):
 def test_enumerated_options_list_their_values_and_refuse_others(cli):
     from fedpgm.cli_common import CHOICES
     from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES
+    from fedpgm.circuits.dense_estimator import DEVICES
+    from fedpgm.circuits.dense_inputs import INPUTS
+    from fedpgm.circuits.dense_train import METHODS
+    from fedpgm.circuits.region_graph import STRUCTURES
     from fedpgm.circuits.selection import SELECTIONS
+    from fedpgm.circuits.dense import SELECTIONS as HOW
+    from fedpgm.data.images import HIDE, IMAGE_SPLITS
     from fedpgm.concepts.experiment import PROTOCOLS
     from fedpgm.concepts.federation import REGIMES
     from fedpgm.concepts.models import KINDS
@@ -198,7 +204,9 @@ def test_enumerated_options_list_their_values_and_refuse_others(cli):
                        "placement": PLACEMENTS, "align": ALIGNMENTS, "tree_root": COMBINES, "ensemble": ENSEMBLES,
                        "leaf": CONTINUOUS_LEAVES, "missing": MISSING_POLICIES, "graph": GRAPH_METHODS,
                        "ngm_mode": MODES, "model": KINDS, "regime": REGIMES, "dp_scope": DP_SCOPES,
-                       "protocol": PROTOCOLS, "select": SELECTIONS}
+                       "protocol": PROTOCOLS, "select": SELECTIONS, "structure": STRUCTURES, "inputs": INPUTS,
+                       "train": METHODS, "device": DEVICES, "regions": IMAGE_SPLITS,
+                       "hide": HIDE, "how": HOW}
     from typer.main import get_command
 
     from fedpgm.cli import app

@@ -42,6 +42,13 @@ CHOICES = {
     "dp_scope": ("training", "update"),  # fedpgm.concepts.privacy.DP_SCOPES
     "protocol": ("project", "paper"),  # fedpgm.concepts.experiment.PROTOCOLS
     "select": ("validation",),  # fedpgm.circuits.selection.SELECTIONS
+    "structure": ("pd", "quad-tree", "binary-trees"),  # fedpgm.circuits.region_graph.STRUCTURES
+    "inputs": ("gaussian", "categorical", "bernoulli"),  # fedpgm.circuits.dense_inputs.INPUTS
+    "train": ("online", "batch", "adam"),  # fedpgm.circuits.dense_train.METHODS
+    "device": ("auto", "cpu", "cuda"),  # fedpgm.circuits.dense_estimator.DEVICES
+    "regions": ("halves", "quadrants"),  # fedpgm.data.images.IMAGE_SPLITS
+    "hide": ("bottom", "right", "centre"),  # fedpgm.data.images.HIDE
+    "how": ("sample", "max"),  # fedpgm.circuits.dense.SELECTIONS
 }
 
 
@@ -163,3 +170,27 @@ def write_table(table, out: Path | None, what: str = "rows", index: bool = True)
 def print_communication(totals: dict) -> None:
     console.print(f"communication: {totals['bytes_down']} bytes down, {totals['bytes_up']} bytes up, "
                   f"{totals['messages']} messages, {totals['rounds']} rounds")
+
+
+# Dense circuits (learner pd, fedpgm.circuits.dense_estimator.DensePC): the defaults are the FedPC
+# paper's MNIST settings (Appendix E, Table 5).
+Structure = Annotated[str, typer.Option(help="pd: region graph (pd = Poon-Domingos, quad-tree, binary-trees = "
+                                             "RAT-SPN's)", click_type=one_of("structure"))]
+Units = Annotated[int, typer.Option(help="pd: units K per region", min=1)]
+Pieces = Annotated[int, typer.Option(help="pd: Poon-Domingos cells per image side", min=1)]
+Inputs = Annotated[str, typer.Option(help="pd: input distributions (gaussian: variance in [1e-3, 0.25] on "
+                                          "values scaled to [0, 1], masses of pixel bins reported)",
+                                     click_type=one_of("inputs"))]
+Epochs = Annotated[int, typer.Option(help="pd: training epochs", min=1)]
+TrainMethod = Annotated[str, typer.Option("--train", help="pd: online EM (EiNet's, frequency 5, step 0.1), "
+                                                          "batch EM, or adam", click_type=one_of("train"))]
+BatchSize = Annotated[int, typer.Option(help="pd: rows per mini-batch", min=1)]
+Device = Annotated[str, typer.Option(help="pd: auto (CUDA when torch sees a GPU), cpu or cuda",
+                                     click_type=one_of("device"))]
+
+
+def dense_params(structure: str, units: int, pieces: int, inputs: str, epochs: int, train: str, batch_size: int,
+                 device: str, seed: int) -> dict:
+    """``DensePC`` parameters from the CLI's dense-circuit options."""
+    return {"structure": structure, "units": units, "pieces": pieces, "leaf": inputs, "epochs": epochs,
+            "method": train, "batch_size": batch_size, "device": device, "seed": seed}

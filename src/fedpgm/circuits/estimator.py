@@ -198,7 +198,14 @@ class CircuitEstimator(BaseEstimator, ABC):
     @classmethod
     def load(cls, folder) -> "CircuitEstimator":
         circuit, meta = load_circuit(folder)
-        by_name = {c.__name__: c for c in ESTIMATORS.values()}
+        if not isinstance(circuit, Circuit):
+            raise FedpgmError(f"{folder} holds a dense circuit; load it with fedpgm.circuits.learners.load_model")
+        return cls.from_circuit(circuit, meta)
+
+    @classmethod
+    def from_circuit(cls, circuit: Circuit, meta: dict) -> "CircuitEstimator":
+        """The estimator that saved ``circuit`` (its class and parameters from ``meta``)."""
+        by_name = {c.__name__: c for c in (LearnSPN, RatSPN)}
         default = cls if cls is not CircuitEstimator else LearnSPN  # any class can answer queries
         model = by_name.get(meta.get("estimator"), default)()  # the class that saved it
         known = model._get_param_names()
@@ -263,5 +270,3 @@ class RatSPN(CircuitEstimator):
             X, self.restarts, self.em_iterations, self.batch_size, floors, self.seed)
         return circuit
 
-
-ESTIMATORS = {"learnspn": LearnSPN, "ratspn": RatSPN}

@@ -1,5 +1,8 @@
 """Circuit files: ``structure.json`` (nodes, schema) + ``params.safetensors`` (numbers).
 
+A dense circuit (``fedpgm.circuits.dense``) is written the same way: ``structure.json`` holds its
+spec (region graph, K, input kind, schema and columns), ``params.safetensors`` its state arrays.
+
 Parameters are packed per kind into a few flat arrays (``sum_weights``; per leaf type and
 parameter, e.g. ``leaf.gaussian.mean``) consumed in node order, so a circuit with 10^5 nodes is
 still a handful of tensors. Loading never executes anything (JSON and safetensors only) and
@@ -19,6 +22,7 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.leaves import LEAF_TYPES
 from fedpgm.circuits.structure import Circuit, Leaf, Product, Sum
 from fedpgm.data.schema import Schema
@@ -27,11 +31,14 @@ from fedpgm.files import atomic_folder
 from fedpgm.model_files import check_file, file_record, read_json
 
 FORMAT = "fedpgm-circuit/1"
+DENSE_FORMAT = "fedpgm-dense-circuit/1"  # a dense circuit: its spec (region graph, K, inputs) + state arrays
 STRUCTURE, PARAMS = "structure.json", "params.safetensors"
 
 
-def to_payload(circuit: Circuit, meta: dict | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+def to_payload(circuit: Circuit | DenseCircuit, meta: dict | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """The structure document and the packed parameter arrays (what files and messages carry)."""
+    if isinstance(circuit, DenseCircuit):
+        return {"format": DENSE_FORMAT, "spec": circuit.spec(), "meta": meta or {}}, circuit.arrays()
     circuit.validate()
     nodes, packs = [], {"sum_weights": []}
     for node in circuit.nodes:
@@ -51,7 +58,7 @@ def to_payload(circuit: Circuit, meta: dict | None = None) -> tuple[dict, dict[s
     return doc, tensors
 
 
-def save_circuit(circuit: Circuit, folder: str | Path, meta: dict | None = None) -> Path:
+def save_circuit(circuit: Circuit | DenseCircuit, folder: str | Path, meta: dict | None = None) -> Path:
     """Write the two files into ``folder`` (replaced atomically if it exists)."""
     doc, tensors = to_payload(circuit, meta)
     folder = Path(folder)
@@ -62,7 +69,7 @@ def save_circuit(circuit: Circuit, folder: str | Path, meta: dict | None = None)
     return folder
 
 
-def load_circuit(folder: str | Path) -> tuple[Circuit, dict]:
+def load_circuit(folder: str | Path) -> tuple[Circuit | DenseCircuit, dict]:
     """Read a saved circuit and its ``meta``; every inconsistency is a ``FedpgmError``."""
     folder = Path(folder)
     where = f"circuit file in {folder}"
@@ -70,8 +77,8 @@ def load_circuit(folder: str | Path) -> tuple[Circuit, dict]:
         if not (folder / name).is_file():
             raise FedpgmError(f"{folder} has no {name}; pass a folder written by fedpgm (pc fit --out)")
     doc = read_json(folder / STRUCTURE)
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise FedpgmError(f"{where}: not a {FORMAT} file")
+    if not isinstance(doc, dict) or doc.get("format") not in (FORMAT, DENSE_FORMAT):
+        raise FedpgmError(f"{where}: not a {FORMAT} or {DENSE_FORMAT} file")
     check_file(folder / PARAMS, doc.get("params"), where)
     try:
         tensors = load_file(str(folder / PARAMS))
@@ -80,8 +87,14 @@ def load_circuit(folder: str | Path) -> tuple[Circuit, dict]:
     return from_payload(doc, tensors, where)
 
 
-def from_payload(doc, tensors: dict[str, np.ndarray], where: str = "circuit") -> tuple[Circuit, dict]:
+def from_payload(doc, tensors: dict[str, np.ndarray], where: str = "circuit") -> tuple[Circuit | DenseCircuit, dict]:
     """Rebuild a circuit from ``to_payload``'s output, checking everything (see module doc)."""
+    if isinstance(doc, dict) and doc.get("format") == DENSE_FORMAT:
+        if not isinstance(doc.get("spec"), dict):
+            raise FedpgmError(f"{where}: a dense circuit file needs its 'spec'")
+        model = DenseCircuit.from_spec(doc["spec"])
+        model.load_arrays(tensors, where)
+        return model, doc.get("meta", {})
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise FedpgmError(f"{where}: not a {FORMAT} file")
     try:

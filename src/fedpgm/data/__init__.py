@@ -1,6 +1,6 @@
 """Data layer: schemas, the dataset registry and its loaders, and partitioners."""
 
-from fedpgm.data import bayesnet, loaders, synthetic  # noqa: F401  (registers the loaders)
+from fedpgm.data import bayesnet, images, loaders, synthetic  # noqa: F401  (registers the loaders)
 from fedpgm.data.dataset import Dataset, impute
 from fedpgm.data.partition import (ClientData, Partition, horizontal, hybrid, load_client_files,
                                    partition, read_partition, vertical)

@@ -68,6 +68,14 @@ class Dataset:
     def with_label(self, label: str | None) -> "Dataset":
         return replace(self, schema=self.schema.with_label(label))
 
+    def drop_label(self) -> "Dataset":
+        """The same rows without the label column (density models of the features alone)."""
+        if self.schema.label is None:
+            return self
+        keep = self.schema.select(self.schema.feature_names)
+        parts = {k: v[keep.names] for k, v in self.parts().items()}
+        return replace(self, schema=keep, train=parts["train"], test=parts["test"], valid=parts.get("valid"))
+
 
 def table(values: np.ndarray | dict, names: list[str], row_ids: np.ndarray | None = None) -> pd.DataFrame:
     """A float table with the ``row_id`` index (0..n-1 unless given)."""

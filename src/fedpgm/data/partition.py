@@ -18,7 +18,7 @@ reproducible by its seed, and each ``ClientData`` holds only that client's rows 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fedpgm.data.dataset import Dataset
+from fedpgm.data.images import region_groups
 from fedpgm.data.loaders import read_csv_file
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import ROW_ID, Schema, infer_schema
@@ -84,6 +85,17 @@ class Partition:
             if c.client_id == client_id:
                 return c
         raise FedpgmError(f"no client '{client_id}'; clients are {[c.client_id for c in self.clients]}")
+
+    def drop_label(self) -> "Partition":
+        """The same partition with the label column removed from every client."""
+        if self.schema.label is None:
+            return self
+        clients = []
+        for c in self.clients:
+            keep = c.schema.select([n for n in c.schema.names if n != self.schema.label])
+            clients.append(replace(c, schema=keep, train=c.train[keep.names],
+                                   test=None if c.test is None else c.test[keep.names]))
+        return replace(self, schema=self.schema.select(self.schema.feature_names), clients=clients)
 
     def summary(self) -> list[dict]:
         """One row per client: rows, columns, label classes seen."""
@@ -326,30 +338,42 @@ def hybrid_blocks(index: np.ndarray, k: int, overlap: float, rng) -> list[np.nda
 
 
 def hybrid(dataset: Dataset, clients: int, seed: int = 0, shared: int | None = None,
-           overlap: float = 0.2, label_to: str = "all") -> Partition:
+           overlap: float = 0.2, label_to: str = "all", groups: Sequence[Sequence[str]] | None = None) -> Partition:
     """Rows in blocks (plus a common block), ``shared`` columns on every client, every other
-    column on exactly one client."""
+    column on exactly one client; or ``groups``: each client's columns, overlapping (as image
+    patches that share a band), every feature in at least one."""
     schema = dataset.schema
     if clients < 2:
         raise FedpgmError("a hybrid federation needs at least 2 clients")
     if not 0.0 <= overlap < 1.0:
         raise FedpgmError(f"overlap must lie in [0, 1), got {overlap}")
     feats = schema.feature_names
-    shared = max(1, round(0.2 * len(feats))) if shared is None else shared
-    if shared < 1:
-        raise FedpgmError("a hybrid federation needs at least 1 shared column (--shared)")
-    if len(feats) - shared < clients:
-        raise FedpgmError(f"{len(feats)} feature columns with {shared} shared leave fewer than one "
-                          f"private column for each of {clients} clients; lower --shared or --clients")
     rng = np.random.default_rng(seed)
-    perm = list(rng.permutation(np.array(feats, dtype=object)))
-    shared_cols, private = perm[:shared], np.array_split(np.array(perm[shared:], dtype=object), clients)
+    if groups is not None:
+        cols = parse_groups(groups)
+        flat = {c for g in cols for c in g}
+        if len(cols) != clients or not all(cols) or flat != set(feats):
+            raise FedpgmError(f"hybrid column groups must be {clients} non-empty groups covering every feature")
+        if shared is not None:
+            raise FedpgmError("--shared picks random shared columns; column groups already fix them")
+        shared_cols = [c for c in feats if sum(c in g for g in cols) > 1]
+        private = [[c for c in g if c not in shared_cols] for g in cols]
+    else:
+        shared = max(1, round(0.2 * len(feats))) if shared is None else shared
+        if shared < 1:
+            raise FedpgmError("a hybrid federation needs at least 1 shared column (--shared)")
+        if len(feats) - shared < clients:
+            raise FedpgmError(f"{len(feats)} feature columns with {shared} shared leave fewer than one "
+                              f"private column for each of {clients} clients; lower --shared or --clients")
+        perm = list(rng.permutation(np.array(feats, dtype=object)))
+        shared_cols, private = perm[:shared], np.array_split(np.array(perm[shared:], dtype=object), clients)
     label_holders = check_label_to(label_to, clients, schema)
     train_blocks = hybrid_blocks(dataset.train.index.to_numpy(), clients, overlap, rng)
     test_blocks = hybrid_blocks(dataset.test.index.to_numpy(), clients, overlap, rng)
     parts = []
     for i, cid in enumerate(client_ids(clients)):
-        names = shared_cols + list(private[i]) + ([schema.label] if i in label_holders else [])
+        own = list(cols[i]) if groups is not None else list(shared_cols) + list(private[i])
+        names = own + ([schema.label] if i in label_holders else [])
         sub = schema.select(names)
         parts.append(ClientData(cid, sub, dataset.train.loc[train_blocks[i], sub.names],
                                 dataset.test.loc[test_blocks[i], sub.names]))
@@ -362,9 +386,20 @@ def partition(dataset: Dataset, split: str, clients: int, seed: int = 0, **optio
     """Dispatch to ``horizontal``, ``vertical`` or ``hybrid`` with their keyword options."""
     funcs = {"horizontal": horizontal, "vertical": vertical, "hybrid": hybrid}
     allowed = {"horizontal": {"scheme", "alpha", "classes_per_client", "min_rows"},
-               "vertical": {"groups", "label_to", "overlap"}, "hybrid": {"shared", "overlap", "label_to"}}
+               "vertical": {"groups", "label_to", "overlap"},
+               "hybrid": {"shared", "overlap", "label_to", "groups"}}
     if split not in funcs:
         raise FedpgmError(f"unknown split '{split}'; use one of {SPLITS}")
+    if "regions" in options:  # images: column groups by image region (fedpgm.data.images)
+        if split == "horizontal":
+            raise FedpgmError("image regions split columns; use them with a vertical or hybrid split")
+        options = dict(options)
+        band = options.pop("band", None)
+        groups = region_groups(dataset.schema, options.pop("regions"), band or (2 if split == "hybrid" else 0))
+        if len(groups) != clients:
+            raise FedpgmError(f"the image split gives {len(groups)} regions for {clients} clients; "
+                              f"use --clients {len(groups)}")
+        options["groups"] = groups
     extra = sorted(set(options) - allowed[split])
     if extra:
         raise FedpgmError(f"option(s) {extra} do not apply to a {split} split "

@@ -99,6 +99,7 @@ class Schema:
 
     features: tuple[Feature, ...]
     label: str | None = None
+    pixel_levels: int | None = None  # continuous ``pixel_ROW_COL`` columns hold integers 0..levels-1
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +115,8 @@ class Schema:
         object.__setattr__(self, "_index", {n: i for i, n in enumerate(names)})
         if self.label is not None and self.label not in self._index:
             raise FedpgmError(f"label '{self.label}' is not a column; choose one of {names}")
+        if self.pixel_levels is not None and (not isinstance(self.pixel_levels, int) or self.pixel_levels < 2):
+            raise FedpgmError(f"pixel_levels must be an integer >= 2, got {self.pixel_levels!r}")
 
     # -- look-ups -----------------------------------------------------------------------
     @property
@@ -156,10 +159,10 @@ class Schema:
         self.check_names(names)
         wanted = set(names)
         feats = tuple(f for f in self.features if f.name in wanted)
-        return Schema(feats, self.label if self.label in wanted else None)
+        return Schema(feats, self.label if self.label in wanted else None, self.pixel_levels)
 
     def with_label(self, label: str | None) -> "Schema":
-        return Schema(self.features, label)
+        return Schema(self.features, label, self.pixel_levels)
 
     # -- tables -------------------------------------------------------------------------
     def validate_frame(self, frame: pd.DataFrame, what: str = "table") -> None:
@@ -184,6 +187,14 @@ class Schema:
                         f"{what} column '{f.name}' holds code {float(bad[0])} outside 0..{f.cardinality - 1}"
                         f" ({f.kind} with categories {list(f.categories)})"
                     )
+        if self.pixel_levels is not None:
+            pix = [f.name for f in self.features if not f.discrete and f.name != self.label]
+            values = frame[pix].to_numpy(dtype=float)
+            bad = ~np.isnan(values) & ((values != np.round(values)) | (values < 0) | (values >= self.pixel_levels))
+            if bad.any():
+                r, c = np.argwhere(bad)[0]
+                raise FedpgmError(f"{what} pixel column '{pix[c]}' holds {values[r, c]}, outside the integers "
+                                  f"0..{self.pixel_levels - 1}; images hold pixel values in that range")
         if self.label is not None and frame[self.label].isna().any():
             n = int(frame[self.label].isna().sum())
             raise FedpgmError(
@@ -240,13 +251,16 @@ class Schema:
 
     # -- files --------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"features": [f.to_dict() for f in self.features], "label": self.label}
+        out = {"features": [f.to_dict() for f in self.features], "label": self.label}
+        if self.pixel_levels is not None:
+            out["pixel_levels"] = self.pixel_levels
+        return out
 
     @staticmethod
     def from_dict(d: dict) -> "Schema":
         if not isinstance(d, dict) or not isinstance(d.get("features"), list):
             raise FedpgmError("a schema is a JSON object with a 'features' list; see docs/data.md")
-        return Schema(tuple(Feature.from_dict(x) for x in d["features"]), d.get("label"))
+        return Schema(tuple(Feature.from_dict(x) for x in d["features"]), d.get("label"), d.get("pixel_levels"))
 
     def save(self, path: str | Path) -> None:
         from fedpgm.files import write_text_atomic

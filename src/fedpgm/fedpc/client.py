@@ -25,10 +25,8 @@ import time
 import numpy as np
 from sklearn.cluster import KMeans
 
-from fedpgm.circuits.estimator import ESTIMATORS
+from fedpgm.circuits.learners import ESTIMATORS, log_likelihood_of
 from fedpgm.circuits.io import load_circuit, save_circuit, to_payload
-from fedpgm.circuits.queries import log_likelihood
-from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
@@ -183,12 +181,7 @@ def loglik(request: Message, ctx: ClientContext) -> Message:
     out = np.empty((len(X), len(keys)))
     for i, key in enumerate(keys):
         circuit, _ = load_circuit(ctx.workdir / FOLDER / key)
-        cols = [names.index(n) if n in names else -1 for n in circuit.schema.names]
-        local = np.full((len(X), len(cols)), np.nan)
-        for j, c in enumerate(cols):
-            if c >= 0:
-                local[:, j] = X[:, c]
-        out[:, i] = log_likelihood(CompiledCircuit(circuit), local)
+        out[:, i] = log_likelihood_of(circuit, names, X)
     return Message("loglik", {"loglik": out}, {"keys": keys})
 
 

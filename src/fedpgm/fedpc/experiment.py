@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import f1_score
 
-from fedpgm.circuits.estimator import ESTIMATORS
+from fedpgm.circuits.learners import DENSE_LEARNERS, ESTIMATORS
+from fedpgm.data import images
 from fedpgm.data import partition
 from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
@@ -147,6 +148,8 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
     """Partition, fit, evaluate (and save to ``out``); see the module doc for the report."""
     check_backend(settings.backend)
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
+    if settings.learner in DENSE_LEARNERS:  # density of the pixels: the label only shapes the partition
+        part, ds = part.drop_label(), ds.drop_label()
     label = ds.schema.label
     wall = time.perf_counter()
     if settings.backend == "inprocess":
@@ -170,9 +173,15 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
     for key in ("n_nodes", "n_edges", "n_params", "left_out", "client_policy", "alignment"):
         if key in info:
             report[key] = info[key]
+    pixels = images.layout(ds.schema) is not None and images.levels(ds.schema) is not None
+    if pixels:
+        report["test_bpd"] = images.bits_per_dim(ll, len(ds.schema))
     if settings.centralized:
         central, seconds = centralized(ds, settings)
         report["centralized_test_loglik"] = central.score(ds.test)
+        if pixels:
+            report["centralized_test_bpd"] = images.bits_per_dim(report["centralized_test_loglik"], len(ds.schema))
+            report["centralized_n_params"] = central.n_params
         if label:
             c = classification(central.predict_proba(ds.test), ds.test[label].to_numpy(dtype=float))
             report.update({f"centralized_{k}": v for k, v in c.items()})

@@ -20,9 +20,13 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
+import torch
+from scipy.special import logsumexp
 
 from fedpgm.circuits import queries
 from fedpgm.circuits.compiled import CompiledCircuit
+from fedpgm.circuits.dense import DenseCircuit
+from fedpgm.circuits.learners import log_likelihood_of
 from fedpgm.circuits.estimator import as_matrix
 from fedpgm.circuits.io import load_circuit, save_circuit
 from fedpgm.circuits.structure import Circuit
@@ -40,21 +44,25 @@ class FedPC:
     """A federated circuit: ``plan`` (network side) plus the assembled ``circuit`` or live clients."""
 
     def __init__(self, schema: Schema, plan: Plan, circuit: Circuit | None = None, info: dict | None = None,
-                 federation: Federation | None = None) -> None:
+                 federation: Federation | None = None, components: list[DenseCircuit] | None = None) -> None:
         self.schema, self.plan, self.circuit = schema, plan, circuit
+        self.components = components  # dense client circuits at the server, combined by the plan
         self.info = info or {}
         self.federation = federation  # needed by split placement only
         self.notes: list[str] = []  # what the last split query had to marginalise
 
     @property
     def placement(self) -> str:
-        return "server" if self.circuit is not None else "split"
+        return "server" if self.circuit is not None or self.components is not None else "split"
 
     @cached_property
     def compiled(self) -> CompiledCircuit:
         return CompiledCircuit(self.need_circuit("this query"))
 
     def need_circuit(self, what: str) -> Circuit:
+        if self.components is not None:
+            raise FedpgmError(f"{what} needs one assembled node circuit; this FedPC's client circuits are dense "
+                              "(learner pd): use complete() (inpainting) or sample()")
         if self.circuit is None:
             raise FedpgmError(f"{what} needs the assembled model, but this FedPC is split across its "
                               "clients; fit with --placement server")
@@ -66,7 +74,13 @@ class FedPC:
         X = as_matrix(X, self.schema)
         if self.circuit is not None:
             return queries.log_likelihood(self.compiled, X)
+        if self.components is not None:
+            return combine(self.plan, self.component_log_likelihoods(X))
         return self.split_log_likelihood(X)
+
+    def component_log_likelihoods(self, X: np.ndarray) -> np.ndarray:
+        """(rows, components) log-likelihoods of the dense client circuits held here."""
+        return np.column_stack([log_likelihood_of(c, self.schema.names, X) for c in self.components])
 
     def score(self, X) -> float:
         return float(self.log_likelihood(X).mean())
@@ -83,7 +97,7 @@ class FedPC:
         X = as_matrix(X, self.schema)
         if self.circuit is not None:
             return queries.predict_proba(self.compiled, X, target)
-        return queries.class_posterior(self.split_log_likelihood, X, self.schema.features[t], t)
+        return queries.class_posterior(self.log_likelihood, X, self.schema.features[t], t)
 
     def predict(self, X, target: str | None = None) -> np.ndarray:
         return self.predict_proba(X, target).argmax(axis=1)
@@ -102,9 +116,49 @@ class FedPC:
         return queries.mpe(self.compiled, as_matrix(X, self.schema))
 
     def sample(self, n: int | None = None, evidence=None, seed: int = 0) -> np.ndarray:
+        if self.components is not None:
+            return self.complete(np.full((n or 1, len(self.schema)), np.nan) if evidence is None else evidence,
+                                 "sample", seed)
         self.need_circuit("sampling")
         ev = None if evidence is None else as_matrix(evidence, self.schema)
         return queries.sample(self.compiled, n, ev, seed)
+
+    def complete(self, X, how: str = "sample", seed: int = 0) -> np.ndarray:
+        """(rows, columns) X with NaN filled, for dense client circuits: a product, then a circuit
+        per subspace, are drawn from their posterior given the observed entries (or the most
+        probable, ``how="max"``), then each chosen circuit fills its columns (``DenseCircuit.select``)."""
+        if self.components is None:
+            raise FedpgmError("complete() is for FedPCs of dense client circuits; use sample(evidence=...)")
+        X = as_matrix(X, self.schema).copy()
+        rng = np.random.default_rng(seed)
+
+        def pick(logits: np.ndarray) -> np.ndarray:  # (rows, options) -> (rows,)
+            if how == "max":
+                return logits.argmax(1)
+            return (logits - np.log(-np.log(rng.random(logits.shape)))).argmax(1)
+
+        comp = self.component_log_likelihoods(X)
+        alt_ll = [[logsumexp(comp[:, a.components] + np.log(a.weights), axis=1) for a in alts]
+                  for alts in self.plan.alternatives]
+        prod_ll = np.stack([sum(alt_ll[j][a] for j, a in enumerate(p)) for p in self.plan.products], 1)
+        chosen = pick(prod_ll + np.log(self.plan.product_weights))
+        out = X.copy()
+        for j, alts in enumerate(self.plan.alternatives):
+            alt = np.array([self.plan.products[p][j] for p in chosen])
+            for a_index, a in enumerate(alts):
+                rows = np.flatnonzero(alt == a_index)
+                if not len(rows):
+                    continue
+                which = np.asarray(a.components)[pick(comp[rows][:, a.components] + np.log(a.weights))]
+                for c in np.unique(which):
+                    sub = rows[which == c]
+                    circuit = self.components[c]
+                    cols = [self.schema.index(n) for n in circuit.schema.names]
+                    local = torch.as_tensor(X[np.ix_(sub, cols)][:, circuit.columns], dtype=torch.float32,
+                                            device=circuit.device)
+                    filled = circuit.select(local, how, seed + int(c)).double().cpu().numpy()
+                    out[np.ix_(sub, [cols[k] for k in circuit.columns])] = filled
+        return out
 
     def split_log_likelihood(self, X: np.ndarray) -> np.ndarray:
         """One ``loglik`` round: clients evaluate their circuits on their columns of X."""
@@ -137,6 +191,10 @@ class FedPC:
         doc = {"format": FORMAT, "schema": self.schema.to_dict(), "plan": self.plan.to_dict(),
                "placement": self.placement, "info": self.info}
         with atomic_folder(folder) as tmp:
+            if self.components is not None:
+                doc["components"] = len(self.components)
+                for i, c in enumerate(self.components):
+                    save_circuit(c, tmp / "components" / f"{i:04d}")
             (tmp / "fedpc.json").write_text(json.dumps(doc, indent=1) + "\n")
             if self.circuit is not None:
                 save_circuit(self.circuit, tmp / "circuit")
@@ -156,7 +214,14 @@ class FedPC:
             raise FedpgmError(f"{path} lacks {missing}; pass a folder written by `fedpgm fedpc fit --out`")
         schema = Schema.from_dict(doc["schema"])
         plan = Plan.from_dict(doc["plan"])
+        if isinstance(doc.get("components"), int):  # dense client circuits, combined by the plan
+            components = [load_circuit(folder / "components" / f"{i:04d}")[0] for i in range(doc["components"])]
+            if len(components) != len(plan.components) or any(
+                    not isinstance(c, DenseCircuit) or c.schema is None or not set(c.schema.names) <= set(schema.names)
+                    for c in components):
+                raise FedpgmError(f"{folder}: the saved client circuits do not match fedpc.json's plan and schema")
+            return cls(schema, plan, None, doc.get("info", {}), components=components)
         circuit = load_circuit(folder / "circuit")[0] if doc.get("placement") == "server" else None
-        if circuit is not None and circuit.schema.names != schema.names:
+        if circuit is not None and (not isinstance(circuit, Circuit) or circuit.schema.names != schema.names):
             raise FedpgmError(f"{folder}: the circuit's variables differ from fedpc.json's schema")
         return cls(schema, plan, circuit, doc.get("info", {}))

@@ -20,7 +20,8 @@ from collections import Counter
 
 import numpy as np
 
-from fedpgm.circuits.estimator import ESTIMATORS
+from fedpgm.circuits.learners import ESTIMATORS
+from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.io import from_payload
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
@@ -32,7 +33,8 @@ from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue
 PLACEMENTS = ("server", "split")
 DEFAULT_PARAMS = {"learnspn": {"min_instances_slice": 100, "threshold": 0.3, "leaf": "gaussian"},
                   "ratspn": {"depth": 2, "repetitions": 4, "n_sums": 4, "n_inputs": 4, "leaf": "gaussian",
-                             "em_iterations": 20}}
+                             "em_iterations": 20},
+                  "pd": {}}  # DensePC's own defaults: the paper's MNIST settings (Table 5)
 
 
 def global_schema(schemas: dict[str, Schema]) -> Schema:
@@ -47,7 +49,8 @@ def global_schema(schemas: dict[str, Schema]) -> Schema:
                 seen[f.name] = (f, client)
                 feats.append(f)
     labels = {s.label for s in schemas.values() if s.label is not None}
-    return Schema(tuple(feats), labels.pop() if len(labels) == 1 else None)
+    levels = {s.pixel_levels for s in schemas.values()}
+    return Schema(tuple(feats), labels.pop() if len(labels) == 1 else None, levels.pop() if len(levels) == 1 else None)
 
 
 def subspaces(schemas: dict[str, Schema], schema: Schema) -> list[tuple[list[str], list[str]]]:
@@ -167,7 +170,8 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
     chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), cooccurrence)
     plan = Plan([{"features": names, "clients": holders} for names, holders in spaces], components,
                 alternatives, chosen, weights)
-    circuit = assemble(plan, schema, circuits) if placement == "server" else None
+    dense = placement == "server" and any(isinstance(c, DenseCircuit) for c in circuits)
+    circuit = assemble(plan, schema, circuits) if placement == "server" and not dense else None
     server_cpu += time.process_time() - t0
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
     policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
@@ -186,7 +190,10 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
         info["shared_with_server"] = "cluster index of every row, keyed by a salted hash of its row id"
     if circuit is not None:
         info.update(circuit.stats())
-    return FedPC(schema, plan, circuit, info, federation=fed if placement == "split" else None)
+    if dense:
+        info["n_params"] = sum(c.n_params for c in circuits)
+    return FedPC(schema, plan, circuit, info, federation=fed if placement == "split" else None,
+                 components=circuits if dense else None)
 
 
 def memberships(replies: dict, spaces) -> dict[tuple, int]:

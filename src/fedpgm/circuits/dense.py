@@ -1,0 +1,290 @@
+"""Dense (tensorized) circuits: a region graph with K units per region, evaluated layer by layer.
+
+The EiNet construction (Peharz et al. 2020): a leaf region's K units are factorised input
+distributions (``fedpgm.circuits.dense_inputs``); a partition (parent, left, right) gives K x K
+products of its children's units, mixed into K units by weights W (K, K, K) that sum to one over
+(left unit, right unit) (an einsum layer); a region with several partitions mixes their K units
+per unit (a mixing layer); the root region's K units are mixed by K root weights.
+
+Regions and partitions are stored in depth order, so each layer reads the values of earlier
+layers and writes one contiguous block: a layer is a few tensor operations over all of its
+partitions at once. Products of units are computed in log-einsum-exp form (shift by the max,
+exp, one batched matmul of (K*K) by K per partition, log, unshift), which runs at matmul speed
+and never underflows.
+
+Values are log-probabilities: ``forward(x)`` -> (B,) log p(x) with NaN entries marginalised.
+``select`` draws (or maximises) one unit per region top-down, exactly conditioned on the
+observed entries, for sampling and inpainting. Parameters live in unconstrained form (logits,
+means, raw variances) so Adam can train them; ``fedpgm.circuits.dense_train`` runs EM through
+the same forward pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedpgm.circuits.dense_inputs import INPUT_LAYERS, InputLayer
+from fedpgm.circuits.region_graph import RegionGraph
+from fedpgm.data.schema import Schema
+from fedpgm.errors import FedpgmError
+
+SELECTIONS = ("sample", "max")  # how ``select`` fills missing entries
+
+
+@dataclass
+class Layer:
+    """One depth: partitions [p0, p1) and regions [r0, r1) (positions in depth order)."""
+
+    p0: int
+    p1: int
+    r0: int
+    r1: int
+    left: torch.Tensor  # (P,) child region positions
+    right: torch.Tensor  # (P,)
+    mix: torch.Tensor  # (R, M) partition positions of each region, padded by repeating the first
+    mix_mask: torch.Tensor  # (R, M) True where a partition is real
+
+
+def lse_einsum(left: torch.Tensor, right: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """log sum_ij W[p, o, i, j] exp(left[b, p, i] + right[b, p, j]) -> (B, P, K_out), in
+    log-einsum-exp form: left, right (B, P, K) log-values, weights (P, K_out, K, K) probabilities."""
+    lmax = left.max(-1, keepdim=True).values.detach()
+    rmax = right.max(-1, keepdim=True).values.detach()
+    lmax = torch.where(torch.isfinite(lmax), lmax, torch.zeros_like(lmax))
+    rmax = torch.where(torch.isfinite(rmax), rmax, torch.zeros_like(rmax))
+    outer = torch.exp(left - lmax)[:, :, :, None] * torch.exp(right - rmax)[:, :, None, :]  # (B, P, K, K)
+    b, p, k, _ = outer.shape
+    prod = torch.bmm(outer.reshape(b, p, k * k).transpose(0, 1), weights.reshape(p, -1, k * k).transpose(1, 2))
+    return torch.log(prod.transpose(0, 1)) + lmax + rmax  # (B, P, K_out)
+
+
+class DenseCircuit(nn.Module):
+    """A smooth, decomposable circuit over ``graph.n_vars`` variables; see the module doc."""
+
+    def __init__(self, graph: RegionGraph, units: int, input_kind: str = "gaussian", levels: int | None = None,
+                 input_options: dict | None = None, seed: int = 0) -> None:
+        super().__init__()
+        if units < 1:
+            raise FedpgmError(f"the number of units K must be >= 1, got {units}")
+        if input_kind not in INPUT_LAYERS:
+            raise FedpgmError(f"unknown input distribution '{input_kind}'; use one of {sorted(INPUT_LAYERS)}")
+        graph.check()
+        self.graph, self.units, self.levels = graph, int(units), levels
+        self.schema: Schema | None = None  # the columns it models, set by its learner
+        self.columns: list[int] = list(range(graph.n_vars))  # schema index of each variable
+        self.input_options = dict(input_options or {})
+        gen = torch.Generator().manual_seed(seed)
+        region_depth, part_depth = graph.depths()
+        reachable = self.reachable(graph)
+        r_order = sorted((r for r in range(len(graph.regions)) if r in reachable), key=lambda r: (region_depth[r], r))
+        p_order = sorted((j for j, (p, _, _) in enumerate(graph.partitions) if p in reachable),
+                         key=lambda j: (part_depth[j], j))
+        self.region_order, self.part_order = r_order, p_order
+        r_pos = {r: i for i, r in enumerate(r_order)}
+        self.n_leaf_regions = int(sum(region_depth[r] == 0 for r in r_order))
+        pairs = [(r_pos[r], v) for r in r_order[:self.n_leaf_regions] for v in graph.regions[r]]
+        self.register_buffer("pair_region", torch.tensor([p for p, _ in pairs], dtype=torch.long))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.inputs: InputLayer = INPUT_LAYERS[input_kind](
+                torch.tensor([v for _, v in pairs]), self.units, levels=levels, **self.input_options)
+        self.layers: list[Layer] = []
+        by_region: dict[int, list[int]] = {}
+        for i, j in enumerate(p_order):
+            by_region.setdefault(r_pos[graph.partitions[j][0]], []).append(i)
+        depth_of_pos = [part_depth[j] for j in p_order]
+        r_at = self.n_leaf_regions
+        p_at = 0
+        for depth in range(1, int(max(region_depth[r_order[-1]], 0)) + 1):
+            p1 = p_at
+            while p1 < len(p_order) and depth_of_pos[p1] == depth:
+                p1 += 1
+            r1 = r_at
+            while r1 < len(r_order) and region_depth[r_order[r1]] == depth:
+                r1 += 1
+            parts = [graph.partitions[j] for j in p_order[p_at:p1]]
+            m = max(len(by_region[r]) for r in range(r_at, r1))
+            mix = torch.tensor([by_region[r] + [by_region[r][0]] * (m - len(by_region[r])) for r in range(r_at, r1)])
+            mask = torch.tensor([[k < len(by_region[r]) for k in range(m)] for r in range(r_at, r1)])
+            self.layers.append(Layer(p_at, p1, r_at, r1, torch.tensor([r_pos[a] for _, a, _ in parts]),
+                                     torch.tensor([r_pos[b] for _, _, b in parts]), mix, mask))
+            p_at, r_at = p1, r1
+        if r_at != len(r_order) or p_at != len(p_order):
+            raise FedpgmError("region graph: regions or partitions are out of depth order")
+        k = self.units
+        self.part_logits = nn.Parameter(torch.rand(len(p_order), k, k * k, generator=gen))
+        m_max = max([lay.mix.shape[1] for lay in self.layers] or [1])
+        mix_logits = torch.rand(len(r_order), k, m_max, generator=gen)
+        for lay in self.layers:
+            mix_logits[lay.r0:lay.r1, :, :lay.mix_mask.shape[1]].masked_fill_(~lay.mix_mask[:, None, :], -torch.inf)
+            mix_logits[lay.r0:lay.r1, :, lay.mix_mask.shape[1]:] = -torch.inf
+        self.mix_logits = nn.Parameter(mix_logits)
+        self.root_logits = nn.Parameter(torch.zeros(k))
+        self.root_pos = r_pos[graph.root]
+        if self.root_pos != len(r_order) - 1:
+            raise FedpgmError("region graph: the root is not the deepest region")
+
+    @staticmethod
+    def reachable(graph: RegionGraph) -> set[int]:
+        seen, stack = set(), [graph.root]
+        children: dict[int, list[int]] = {}
+        for p, a, b in graph.partitions:
+            children.setdefault(p, []).extend([a, b])
+        while stack:
+            r = stack.pop()
+            if r not in seen:
+                seen.add(r)
+                stack.extend(children.get(r, []))
+        return seen
+
+    # -- parameters -----------------------------------------------------------------------------
+    def weights(self) -> dict[str, torch.Tensor]:
+        """Normalised weights: ``part`` (P, K, K*K), ``mix`` (R, K, M), ``root`` (K,)."""
+        return {"part": torch.softmax(self.part_logits, -1), "mix": torch.softmax(self.mix_logits, -1),
+                "root": torch.softmax(self.root_logits, -1)}
+
+    @property
+    def n_params(self) -> int:
+        mixing = int(sum(lay.mix_mask.sum().item() * self.units for lay in self.layers if lay.mix_mask.shape[1] > 1))
+        return int(self.part_logits.numel() + mixing + self.root_logits.numel()
+                   + sum(p.numel() for p in self.inputs.parameters()))
+
+    def _apply(self, fn, recurse=True):
+        """``.to(device)`` moves the layers' index tensors too."""
+        super()._apply(fn, recurse)
+        for lay in self.layers:
+            lay.left, lay.right, lay.mix, lay.mix_mask = fn(lay.left), fn(lay.right), fn(lay.mix), fn(lay.mix_mask)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.part_logits.device
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def region_values(self, x: torch.Tensor, discrete: bool = False, weights: dict | None = None,
+                      leaf: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, R, K) log-values of every region's units and (B, P, K) of every partition's."""
+        w = weights or self.weights()
+        leaf = self.inputs.log_prob(x, discrete) if leaf is None else leaf
+        b = x.shape[0]
+        regions = torch.zeros(b, self.n_leaf_regions, self.units, dtype=leaf.dtype, device=leaf.device)
+        regions = regions.index_add(1, self.pair_region, leaf)
+        blocks = [regions]
+        parts = regions[:, :0]
+        for lay in self.layers:  # a region's partitions may lie in this or earlier layers
+            values = torch.cat(blocks, 1) if len(blocks) > 1 else blocks[0]
+            blocks = [values]
+            new = lse_einsum(values[:, lay.left], values[:, lay.right], w["part"][lay.p0:lay.p1])
+            parts = torch.cat([parts, new], 1)
+            if lay.mix.shape[1] == 1:
+                blocks.append(parts[:, lay.mix[:, 0]])
+                continue
+            candidates = parts[:, lay.mix]  # (B, R, M, K)
+            log_mix = torch.log(w["mix"][lay.r0:lay.r1, :, :lay.mix.shape[1]]).transpose(1, 2)  # (R, M, K)
+            blocks.append(torch.logsumexp(candidates + log_mix, 2))
+        values = torch.cat(blocks, 1) if len(blocks) > 1 else blocks[0]
+        return values, parts
+
+    def forward(self, x: torch.Tensor, discrete: bool = False, weights: dict | None = None,
+                leaf: torch.Tensor | None = None) -> torch.Tensor:
+        """(B,) log p(x) (NaN marginalised); ``discrete``: masses of pixel values, not densities.
+        ``weights``/``leaf``: precomputed ``weights()`` and input values (EM differentiates them)."""
+        w = weights or self.weights()
+        values, _ = self.region_values(x, discrete, w, leaf)
+        return torch.logsumexp(values[:, self.root_pos] + torch.log(w["root"]), -1)
+
+    # -- top-down selection ---------------------------------------------------------------------
+    @torch.no_grad()
+    def select(self, x: torch.Tensor, how: str = "sample", seed: int = 0) -> torch.Tensor:
+        """(B, V): ``x`` with its NaN entries filled by a sample of p(missing | observed)
+        (``how="sample"``, exact) or by the most probable branch at every unit and each leaf's
+        mode (``"max"``: an approximate MPE, as EiNets inpaint)."""
+        if how not in SELECTIONS:
+            raise FedpgmError(f"how must be one of {SELECTIONS}, got {how!r}")
+        gen = torch.Generator(device=x.device).manual_seed(seed)
+        w = self.weights()
+        values, parts = self.region_values(x, discrete=True, weights=w)
+        b = x.shape[0]
+        unit = torch.full((b, values.shape[1]), -1, dtype=torch.long, device=x.device)
+        part_unit = torch.full((b, parts.shape[1]), -1, dtype=torch.long, device=x.device)
+
+        def choose(logits: torch.Tensor) -> torch.Tensor:
+            if how == "max":
+                return logits.argmax(-1)
+            g = -torch.log(-torch.log(torch.rand(logits.shape, generator=gen, device=x.device).clamp_min(1e-30)))
+            return (logits + g).argmax(-1)
+
+        unit[:, self.root_pos] = choose(values[:, self.root_pos] + torch.log(w["root"]))
+        for lay in reversed(self.layers):
+            u = unit[:, lay.r0:lay.r1]  # (B, R)
+            active = u >= 0
+            uc = u.clamp_min(0)
+            if lay.mix.shape[1] == 1:
+                chosen_pos = lay.mix[:, 0].expand(b, -1)
+            else:
+                cand = parts[:, lay.mix]  # (B, R, M, K)
+                cand = torch.gather(cand, 3, uc[:, :, None, None].expand(-1, -1, cand.shape[2], 1))[..., 0]
+                log_mix = torch.log(w["mix"][lay.r0:lay.r1, :, :lay.mix.shape[1]])  # (R, K, M)
+                log_mix = log_mix[torch.arange(lay.r1 - lay.r0)[None, :], uc]  # (B, R, M)
+                m = choose(cand + log_mix)
+                chosen_pos = torch.gather(lay.mix.expand(b, -1, -1), 2, m[:, :, None])[..., 0]
+            part_unit.scatter_reduce_(1, chosen_pos, torch.where(active, uc, -1), reduce="amax")
+            o = part_unit[:, lay.p0:lay.p1]  # (B, P)
+            on = o >= 0
+            log_w = torch.log(w["part"][lay.p0:lay.p1])  # (P, K, K*K)
+            log_w = log_w[torch.arange(lay.p1 - lay.p0)[None, :], o.clamp_min(0)]  # (B, P, K*K)
+            pair = values[:, lay.left][:, :, :, None] + values[:, lay.right][:, :, None, :]
+            ij = choose(log_w + pair.reshape(b, lay.p1 - lay.p0, -1))
+            k = self.units
+            unit.scatter_reduce_(1, lay.left.expand(b, -1), torch.where(on, ij // k, -1), reduce="amax")
+            unit.scatter_reduce_(1, lay.right.expand(b, -1), torch.where(on, ij % k, -1), reduce="amax")
+        pair_unit = unit[:, self.pair_region]  # (B, E)
+        drawn = self.inputs.draw(pair_unit.clamp_min(0), how, gen)
+        drawn = torch.where(pair_unit >= 0, drawn, torch.zeros_like(drawn))
+        filled = torch.zeros_like(x).index_add(1, self.inputs.var, drawn.to(x.dtype))
+        return torch.where(torch.isnan(x), filled, x)
+
+    # -- files ----------------------------------------------------------------------------------
+    def spec(self) -> dict:
+        """Everything but the numbers: rebuilds an identical module with ``from_spec``."""
+        return {"graph": self.graph.to_dict(), "units": self.units, "input": self.inputs.kind,
+                "levels": self.levels, "input_options": self.inputs.extra() | self.input_options,
+                "schema": None if self.schema is None else self.schema.to_dict(), "columns": self.columns}
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "DenseCircuit":
+        try:
+            options = {k: v for k, v in spec.get("input_options", {}).items() if k != "levels"}
+            model = cls(RegionGraph.from_dict(spec["graph"]), int(spec["units"]), str(spec["input"]),
+                        spec.get("levels"), options)
+            if spec.get("schema") is not None:
+                model.schema = Schema.from_dict(spec["schema"])
+                columns = [int(c) for c in spec["columns"]]
+                if sorted(columns) != list(range(len(model.schema))) or len(columns) != model.graph.n_vars:
+                    raise FedpgmError("dense circuit description: its columns do not match its schema")
+                model.columns = columns
+            return model
+        except (KeyError, TypeError, ValueError) as e:
+            raise FedpgmError(f"dense circuit description is malformed ({type(e).__name__}: {e})") from None
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().numpy() for k, v in self.state_dict().items()
+                if k not in ("pair_region", "inputs.var")}
+
+    def load_arrays(self, arrays: dict[str, np.ndarray], where: str) -> None:
+        expected = {k: tuple(v.shape) for k, v in self.state_dict().items() if k not in ("pair_region", "inputs.var")}
+        got = {k: tuple(np.shape(v)) for k, v in arrays.items()}
+        if got != expected:
+            wrong = sorted(set(got) ^ set(expected)) or [k for k in expected if got[k] != expected[k]]
+            raise FedpgmError(f"{where}: parameter arrays do not fit the described circuit ({wrong[:3]})")
+        bad = [k for k, v in arrays.items() if np.isnan(np.asarray(v, dtype=float)).any()]
+        if bad:
+            raise FedpgmError(f"{where}: parameter array(s) {bad} hold NaN values")
+        state = self.state_dict()
+        for k, v in arrays.items():
+            state[k] = torch.as_tensor(np.asarray(v)).to(state[k].dtype)
+        self.load_state_dict(state)

@@ -1,0 +1,231 @@
+"""``DensePC``: a scikit-learn estimator around dense circuits (EiNet-style), for images first.
+
+``DensePC(structure="pd", units=10, pieces=8)`` is the FedPC paper's MNIST model (Appendix E,
+Table 5: Poon-Domingos with 8 pieces, K = 10, Gaussian inputs with variance in [1e-3, 0.25],
+online EM with frequency 5 and step 0.1, batch 64, 5 epochs): those are the defaults.
+``structure="quad-tree"`` halves the image down to pixels; ``"binary-trees"`` is RAT-SPN's
+random region graph (``depth``, ``repetitions``) and needs no image.
+
+On an image (columns ``pixel_ROW_COL``, ``fedpgm.data.images``) the circuit is a distribution
+over pixel values 0..levels-1: Gaussian inputs are trained as densities on values scaled to
+[0, 1] and report masses of the values' bins (the paper's discretisation), so
+``log_likelihood`` is log P(image) in nats and ``bits_per_dim`` follows from it. Fitted
+attributes: ``circuit_`` (the ``DenseCircuit``, which records its schema and columns),
+``history_`` (training log-likelihood per epoch), ``train_seconds_``.
+
+Devices: ``device="auto"`` is CUDA when torch sees a GPU, else the CPU; ``"cuda"`` without one
+is an error.
+"""
+
+from __future__ import annotations
+
+import time
+from numbers import Integral, Real
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
+
+from fedpgm.circuits import dense_train
+from fedpgm.circuits.dense import DenseCircuit
+from fedpgm.circuits.dense_inputs import INPUTS
+from fedpgm.circuits.estimator import NotFitted, as_matrix
+from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.region_graph import STRUCTURES, build
+from fedpgm.data import images
+from fedpgm.data.schema import Feature, Schema
+from fedpgm.errors import FedpgmError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device not in DEVICES:
+        raise FedpgmError(f"unknown device '{device}'; use one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise FedpgmError("--device cuda, but torch sees no GPU here; use --device cpu (or auto)")
+    return torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                        "cpu" if device == "auto" else device)
+
+
+class DensePC(BaseEstimator):
+    """Dense circuit learner; see the module doc."""
+
+    _parameter_constraints: dict = {
+        "structure": [StrOptions(set(STRUCTURES))],
+        "units": [Interval(Integral, 1, None, closed="left")],
+        "pieces": [Interval(Integral, 1, None, closed="left")],
+        "depth": [Interval(Integral, 1, None, closed="left")],
+        "repetitions": [Interval(Integral, 1, None, closed="left")],
+        "leaf": [StrOptions(set(INPUTS))],
+        "method": [StrOptions(set(dense_train.METHODS))],
+        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "frequency": [Interval(Integral, 1, None, closed="left")],
+        "step": [Interval(Real, 0, 1, closed="right")],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "min_var": [Interval(Real, 0, None, closed="neither")],
+        "max_var": [Interval(Real, 0, None, closed="neither")],
+        "device": [StrOptions(set(DEVICES))],
+        "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
+    }
+
+    def __init__(self, structure: str = "pd", units: int = 10, pieces: int = 8, depth: int = 2,
+                 repetitions: int = 4, leaf: str = "gaussian", method: str = "online", epochs: int = 5,
+                 batch_size: int = 64, frequency: int = 5, step: float = 0.1, lr: float = 0.05,
+                 min_var: float = 1e-3, max_var: float = 0.25, device: str = "auto", seed: int = 0) -> None:
+        self.structure, self.units, self.pieces, self.depth = structure, units, pieces, depth
+        self.repetitions, self.leaf, self.method, self.epochs = repetitions, leaf, method, epochs
+        self.batch_size, self.frequency, self.step, self.lr = batch_size, frequency, step, lr
+        self.min_var, self.max_var, self.device, self.seed = min_var, max_var, device, seed
+
+    def check_params(self) -> "DensePC":
+        try:
+            self._validate_params()
+        except InvalidParameterError as e:
+            raise FedpgmError(str(e)) from None
+        if self.min_var >= self.max_var:
+            raise FedpgmError(f"min_var ({self.min_var}) must be below max_var ({self.max_var})")
+        resolve_device(self.device)
+        return self
+
+    def fit(self, X, y=None, schema: Schema | None = None, reference=None,
+            progress: Callable[[int, float], None] | None = None) -> "DensePC":
+        """Learn from X (a frame with the schema's columns, or an array in its order); every
+        column is a variable of the circuit, so leave the label out (or pass a schema without
+        it). ``reference`` is accepted for FedPC's clients and unused."""
+        self.check_params()
+        if isinstance(y, Schema):
+            schema, y = y, None
+        if y is not None:
+            raise FedpgmError("DensePC models the columns' joint distribution; it takes no labels (y)")
+        if schema is None:
+            names = [str(c) for c in X.columns] if isinstance(X, pd.DataFrame) else \
+                [f"x{i}" for i in range(np.asarray(X).shape[1])]
+            schema = Schema(tuple(Feature(n, "continuous") for n in names))
+        self.schema_ = schema
+        model = self.build(schema)
+        data = as_matrix(X, schema)[:, model.columns]
+        self.initialise(model, data)
+        start = time.perf_counter()
+        self.history_ = dense_train.train(model, data, self.method, self.epochs, self.batch_size, self.frequency,
+                                          self.step, self.lr, self.seed, progress)
+        self.train_seconds_ = time.perf_counter() - start
+        self.circuit_ = model
+        return self
+
+    def build(self, schema: Schema) -> DenseCircuit:
+        """The untrained circuit for ``schema`` (its region graph, inputs and device)."""
+        if schema.label is not None:
+            raise FedpgmError(f"DensePC models the features only; leave the label '{schema.label}' out "
+                              "(pc fit drops it for dense learners)")
+        found = images.layout(schema)
+        levels = images.levels(schema) if found else None
+        shape, columns = found if found else (None, list(range(len(schema))))
+        if self.leaf == "categorical" and levels is None:
+            raise FedpgmError("categorical inputs need pixel values (an image schema with pixel levels)")
+        if self.leaf == "bernoulli" and not all(f.kind == "binary" for f in schema.features):
+            raise FedpgmError("bernoulli inputs need binary columns; use leaf gaussian or categorical")
+        graph = build(self.structure, len(columns), shape, self.pieces, self.depth, self.repetitions, self.seed)
+        options = {"min_var": self.min_var, "max_var": self.max_var} if self.leaf == "gaussian" else {}
+        model = DenseCircuit(graph, self.units, self.leaf, levels, options, seed=self.seed)
+        model.schema, model.columns = schema, columns
+        return model.to(resolve_device(self.device))
+
+    def initialise(self, model: DenseCircuit, data: np.ndarray) -> None:
+        """Gaussian means from the values of random training rows, one row per leaf-region unit
+        (so each unit starts as a real patch), plus a little noise."""
+        if model.inputs.kind != "gaussian" or len(data) == 0:
+            return
+        rng = np.random.default_rng(self.seed)
+        rows = rng.integers(0, len(data), size=(model.n_leaf_regions, model.units))
+        region = model.pair_region.cpu().numpy()
+        var = model.inputs.var.cpu().numpy()
+        values = data[rows[region], var[:, None]]  # (E, K)
+        values = np.where(np.isnan(values), np.nanmean(data[:, var], axis=0)[:, None], values)
+        scale = (model.levels - 1) if model.levels else 1.0
+        mean = values / scale + rng.normal(0, 0.01, values.shape)
+        model.inputs.mean.data.copy_(torch.as_tensor(mean, dtype=torch.float32))
+
+    # -- queries ------------------------------------------------------------------------------
+    def _check(self) -> DenseCircuit:
+        if not hasattr(self, "circuit_"):
+            raise NotFitted(f"this {type(self).__name__} is not fitted yet; call fit first")
+        return self.circuit_
+
+    def _matrix(self, X) -> np.ndarray:
+        model = self._check()
+        if isinstance(X, pd.DataFrame) and self.schema_.label in X.columns:
+            X = X.drop(columns=[self.schema_.label])
+        return as_matrix(X, self.schema_)[:, model.columns]
+
+    def log_likelihood(self, X) -> np.ndarray:
+        """(rows,) log p in nats (log P of the pixel values for images); NaN is marginalised."""
+        return dense_train.log_likelihood(self._check(), self._matrix(X))
+
+    def score_samples(self, X) -> np.ndarray:
+        return self.log_likelihood(X)
+
+    def score(self, X, y=None) -> float:
+        return float(self.log_likelihood(X).mean())
+
+    def bits_per_dim(self, X) -> float:
+        return images.bits_per_dim(self.log_likelihood(X), len(self._check().columns))
+
+    def conditional(self, X, query: list[str]) -> np.ndarray:
+        """(rows,) log p(query columns | the other observed columns)."""
+        x = self._matrix(X)
+        evidence = x.copy()
+        names = [self.schema_.names[c] for c in self.circuit_.columns]
+        self.schema_.check_names(query)
+        evidence[:, [names.index(q) for q in query]] = np.nan
+        return dense_train.log_likelihood(self.circuit_, x) - dense_train.log_likelihood(self.circuit_, evidence)
+
+    def complete(self, X, how: str = "sample", seed: int = 0) -> np.ndarray:
+        """(rows, columns in schema order): X with NaN filled by a sample from p(missing | observed)
+        (``how="sample"``) or the most probable branch's modes (``"max"``): inpainting."""
+        model = self._check()
+        if how not in ("sample", "max"):
+            raise FedpgmError(f"how must be 'sample' or 'max', got {how!r}")
+        x = torch.as_tensor(self._matrix(X), dtype=torch.float32, device=model.device)
+        filled = model.select(x, how, seed).double().cpu().numpy()
+        out = np.empty_like(filled)
+        out[:, model.columns] = filled
+        return out
+
+    def sample(self, n: int, seed: int = 0) -> np.ndarray:
+        """(n, columns in schema order) unconditional samples."""
+        model = self._check()
+        return self.complete(np.full((n, len(model.columns)), np.nan), "sample", seed)
+
+    def predict_proba(self, X, target: str | None = None):
+        raise FedpgmError("a DensePC models pixels only, so it has no label to classify; use learnspn for that")
+
+    def mpe(self, X):
+        raise FedpgmError("exact MPE is not available for dense circuits; `pc inpaint --how max` gives the "
+                          "most probable branch's completion")
+
+    @property
+    def n_params(self) -> int:
+        return self._check().n_params
+
+    # -- files --------------------------------------------------------------------------------
+    def save(self, folder) -> None:
+        save_circuit(self._check(), folder, {"estimator": type(self).__name__, "params": self.get_params()})
+
+    @classmethod
+    def from_circuit(cls, circuit: DenseCircuit, meta: dict) -> "DensePC":
+        known = cls._get_param_names()
+        model = cls(**{k: v for k, v in meta.get("params", {}).items() if k in known})
+        model.circuit_, model.schema_ = circuit.to(resolve_device(model.device)), circuit.schema
+        return model
+
+    @classmethod
+    def load(cls, folder) -> "DensePC":
+        circuit, meta = load_circuit(folder)
+        if not isinstance(circuit, DenseCircuit):
+            raise FedpgmError(f"{folder} holds a node circuit; load it with fedpgm.circuits.learners.load_model")
+        return cls.from_circuit(circuit, meta)

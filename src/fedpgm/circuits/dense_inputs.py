@@ -1,0 +1,218 @@
+"""Input layers of dense circuits: K univariate distributions per (leaf region, variable) pair.
+
+A leaf region's unit k is the product of its variables' k-th distributions, so a layer holds
+parameters of shape (E, K, ...) for the E (region, variable) pairs and ``log_prob`` returns
+(B, E, K); a missing value (NaN) contributes log 1 = 0 (exact marginalisation).
+
+Each layer also gives its EM M-step from posteriors ``q`` (B, E, K) (the gradient of the
+batch log-likelihood with respect to ``log_prob``'s output, as EiNets compute expected
+statistics), a sample or mode per pair, and its parameters as plain tensors for files.
+
+- ``gaussian``: mean and variance, the variance kept in [min_var, max_var] (EiNet's range) by a
+  sigmoid. On image data values are scaled to [0, 1] (x / (levels - 1)); with ``levels`` the
+  probability of a pixel value is the Gaussian's mass over its bin, as in the FedPC paper's
+  Appendix E.2 (lowest and highest bins open-ended), so densities are for training and masses
+  for reporting (``discrete=True``); the M-step is the Gaussian's (moments of the values).
+- ``categorical``: one probability per value 0..levels-1 (pixel intensities); exact M-step.
+- ``bernoulli``: binary values; exact M-step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from fedpgm.errors import FedpgmError
+
+INPUTS = ("gaussian", "categorical", "bernoulli")
+EPS = 1e-12
+
+
+def log_normal_mass(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """log(Phi(hi) - Phi(lo)) for standardised bin edges, computed in the tail that keeps digits."""
+    flip = lo > 0  # both edges in the upper tail: use the mirror image
+    a = torch.where(flip, -hi, lo)
+    b = torch.where(flip, -lo, hi)
+    log_b, log_a = torch.special.log_ndtr(b), torch.special.log_ndtr(a)
+    return log_b + torch.log1p(-torch.exp(torch.clamp(log_a - log_b, max=-1e-12)))
+
+
+class InputLayer(nn.Module):
+    """Shared bookkeeping: which variable each pair reads (``var``, (E,))."""
+
+    kind = ""
+
+    def __init__(self, var: torch.Tensor, units: int) -> None:
+        super().__init__()
+        self.register_buffer("var", var.long())
+        self.units = units
+
+    @property
+    def n_pairs(self) -> int:
+        return len(self.var)
+
+    def values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, E) values read by each pair (NaN -> 0) and (B, E) mask of observed ones."""
+        v = x[:, self.var]
+        observed = ~torch.isnan(v)
+        return torch.where(observed, v, torch.zeros_like(v)), observed
+
+    def log_prob(self, x: torch.Tensor, discrete: bool = False) -> torch.Tensor:
+        v, observed = self.values(x)
+        return torch.where(observed[:, :, None], self.log_prob_values(v, discrete), torch.zeros((), dtype=x.dtype,
+                                                                                            device=x.device))
+
+    def log_prob_values(self, v: torch.Tensor, discrete: bool) -> torch.Tensor:
+        raise NotImplementedError
+
+    def statistics(self, x: torch.Tensor, q: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Expected sufficient statistics summed over the batch, from posteriors q (B, E, K)."""
+        raise NotImplementedError
+
+    def m_step(self, stats: dict[str, torch.Tensor], step: float) -> None:
+        """Move parameters ``step`` of the way to the maximiser of the expected statistics."""
+        raise NotImplementedError
+
+    def draw(self, units: torch.Tensor, how: str, generator: torch.Generator | None) -> torch.Tensor:
+        """(B, E) a sample (``how="sample"``) or mode (``"max"``) of unit ``units[b, e]`` of each pair."""
+        raise NotImplementedError
+
+
+class GaussianInput(InputLayer):
+    kind = "gaussian"
+
+    def __init__(self, var, units: int, levels: int | None = None, min_var: float = 1e-3, max_var: float = 0.25,
+                 init: torch.Tensor | None = None) -> None:
+        super().__init__(var, units)
+        if not 0 < min_var < max_var:
+            raise FedpgmError(f"Gaussian variances need 0 < min_var < max_var, got {min_var}, {max_var}")
+        self.levels, self.min_var, self.max_var = levels, float(min_var), float(max_var)
+        e = len(var)
+        mean = init if init is not None else torch.rand(e, units)
+        self.mean = nn.Parameter(mean.clone().float())
+        self.raw_var = nn.Parameter(torch.zeros(e, units))
+
+    def scale(self, v: torch.Tensor) -> torch.Tensor:
+        return v / (self.levels - 1) if self.levels else v
+
+    @property
+    def variance(self) -> torch.Tensor:
+        return self.min_var + (self.max_var - self.min_var) * torch.sigmoid(self.raw_var)
+
+    def log_prob_values(self, v, discrete):
+        u = self.scale(v)[:, :, None]
+        var = self.variance
+        if discrete and self.levels:
+            sd, half = torch.sqrt(var), 0.5 / (self.levels - 1)
+            first, last = v[:, :, None] <= 0, v[:, :, None] >= self.levels - 1  # open-ended bins
+            lo = torch.where(first, torch.full_like(u, -math.inf), (u - half - self.mean) / sd)
+            hi = torch.where(last, torch.full_like(u, math.inf), (u + half - self.mean) / sd)
+            return log_normal_mass(lo, hi)
+        return -0.5 * ((u - self.mean) ** 2 / var + torch.log(2 * math.pi * var))
+
+    def statistics(self, x, q):
+        v, observed = self.values(x)
+        u = self.scale(v)[:, :, None]
+        q = q * observed[:, :, None]
+        return {"n": q.sum(0), "s1": (q * u).sum(0), "s2": (q * u * u).sum(0)}
+
+    def m_step(self, stats, step):
+        n = stats["n"]
+        keep = n > EPS
+        mean = torch.where(keep, stats["s1"] / n.clamp_min(EPS), self.mean)
+        var = torch.where(keep, stats["s2"] / n.clamp_min(EPS) - mean ** 2, self.variance)
+        mean = (1 - step) * self.mean + step * mean
+        var = ((1 - step) * self.variance + step * var).clamp(self.min_var * (1 + 1e-4), self.max_var * (1 - 1e-4))
+        self.mean.data.copy_(mean)
+        self.raw_var.data.copy_(torch.logit((var - self.min_var) / (self.max_var - self.min_var)))
+
+    def draw(self, units, how, generator):
+        mean = torch.gather(self.mean.expand(units.shape[0], -1, -1), 2, units[:, :, None])[:, :, 0]
+        if how == "sample":
+            sd = torch.sqrt(torch.gather(self.variance.expand(units.shape[0], -1, -1), 2, units[:, :, None]))[:, :, 0]
+            mean = mean + sd * torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
+        if self.levels:
+            return torch.round(mean * (self.levels - 1)).clamp(0, self.levels - 1)
+        return mean
+
+    def extra(self) -> dict:
+        return {"levels": self.levels, "min_var": self.min_var, "max_var": self.max_var}
+
+
+class CategoricalInput(InputLayer):
+    kind = "categorical"
+
+    def __init__(self, var, units: int, levels: int | None = None, init: torch.Tensor | None = None) -> None:
+        super().__init__(var, units)
+        if not levels or levels < 2:
+            raise FedpgmError("categorical inputs need the number of values (levels >= 2)")
+        self.levels = int(levels)
+        logits = torch.log(torch.distributions.Dirichlet(torch.ones(self.levels)).sample((len(var), units)))
+        self.logits = nn.Parameter(logits.float() if init is None else init.float())
+
+    def log_prob_values(self, v, discrete):
+        logp = torch.log_softmax(self.logits, -1)  # (E, K, C)
+        idx = v.long().clamp(0, self.levels - 1)  # (B, E)
+        e = torch.arange(self.n_pairs, device=v.device)
+        return logp[e[None, :], :, idx].to(v.dtype)  # (B, E, K)
+
+    def statistics(self, x, q):
+        v, observed = self.values(x)
+        q = (q * observed[:, :, None]).transpose(0, 1)  # (E, B, K)
+        counts = torch.zeros(self.n_pairs, self.levels, q.shape[2], dtype=q.dtype, device=q.device)
+        counts.scatter_add_(1, v.long().clamp(0, self.levels - 1).T[:, :, None].expand(-1, -1, q.shape[2]), q)
+        return {"counts": counts.transpose(1, 2)}  # (E, K, C)
+
+    def m_step(self, stats, step):
+        counts = stats["counts"] + 1e-2  # a small pseudo-count keeps every value possible
+        probs = (1 - step) * torch.softmax(self.logits, -1) + step * counts / counts.sum(-1, keepdim=True)
+        self.logits.data.copy_(torch.log(probs))
+
+    def draw(self, units, how, generator):
+        logp = torch.log_softmax(self.logits, -1)
+        e = torch.arange(self.n_pairs, device=units.device)
+        chosen = logp[e[None, :], units]  # (B, E, C)
+        if how == "max":
+            return chosen.argmax(-1).to(self.logits.dtype)
+        flat = torch.multinomial(torch.exp(chosen.reshape(-1, self.levels)), 1, generator=generator)
+        return flat.reshape(units.shape).to(self.logits.dtype)
+
+    def extra(self) -> dict:
+        return {"levels": self.levels}
+
+
+class BernoulliInput(InputLayer):
+    kind = "bernoulli"
+
+    def __init__(self, var, units: int, levels: int | None = None, init: torch.Tensor | None = None) -> None:
+        super().__init__(var, units)
+        p = torch.rand(len(var), units) * 0.8 + 0.1 if init is None else init
+        self.logit = nn.Parameter(torch.logit(p.float()))
+
+    def log_prob_values(self, v, discrete):
+        v = v[:, :, None]
+        return v * nn.functional.logsigmoid(self.logit) + (1 - v) * nn.functional.logsigmoid(-self.logit)
+
+    def statistics(self, x, q):
+        v, observed = self.values(x)
+        q = q * observed[:, :, None]
+        return {"n": q.sum(0), "s1": (q * v[:, :, None]).sum(0)}
+
+    def m_step(self, stats, step):
+        p = (stats["s1"] + 1e-2) / (stats["n"] + 2e-2)
+        p = (1 - step) * torch.sigmoid(self.logit) + step * p
+        self.logit.data.copy_(torch.logit(p.clamp(1e-6, 1 - 1e-6)))
+
+    def draw(self, units, how, generator):
+        p = torch.gather(torch.sigmoid(self.logit).expand(units.shape[0], -1, -1), 2, units[:, :, None])[:, :, 0]
+        if how == "max":
+            return (p > 0.5).to(p.dtype)
+        return torch.bernoulli(p, generator=generator)
+
+    def extra(self) -> dict:
+        return {}
+
+
+INPUT_LAYERS = {c.kind: c for c in (GaussianInput, CategoricalInput, BernoulliInput)}
