@@ -118,15 +118,20 @@ class DenseCircuit(nn.Module):
         k = self.units
         self.part_logits = nn.Parameter(torch.rand(len(p_order), k, k * k, generator=gen))
         m_max = max([lay.mix.shape[1] for lay in self.layers] or [1])
-        mix_logits = torch.rand(len(r_order), k, m_max, generator=gen)
-        for lay in self.layers:
-            mix_logits[lay.r0:lay.r1, :, :lay.mix_mask.shape[1]].masked_fill_(~lay.mix_mask[:, None, :], -torch.inf)
-            mix_logits[lay.r0:lay.r1, :, lay.mix_mask.shape[1]:] = -torch.inf
-        self.mix_logits = nn.Parameter(mix_logits)
+        self.mix_logits = nn.Parameter(torch.rand(len(r_order), k, m_max, generator=gen))
+        self.mask_padding()
         self.root_logits = nn.Parameter(torch.zeros(k))
         self.root_pos = r_pos[graph.root]
         if self.root_pos != len(r_order) - 1:
             raise FedpgmError("region graph: the root is not the deepest region")
+
+    @torch.no_grad()
+    def mask_padding(self) -> None:
+        """Mixing weights of padded (absent) partitions to probability 0."""
+        for lay in self.layers:
+            m = lay.mix_mask.shape[1]
+            self.mix_logits[lay.r0:lay.r1, :, :m].masked_fill_(~lay.mix_mask[:, None, :], -torch.inf)
+            self.mix_logits[lay.r0:lay.r1, :, m:] = -torch.inf
 
     @staticmethod
     def reachable(graph: RegionGraph) -> set[int]:
@@ -272,8 +277,11 @@ class DenseCircuit(nn.Module):
             raise FedpgmError(f"dense circuit description is malformed ({type(e).__name__}: {e})") from None
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().cpu().numpy() for k, v in self.state_dict().items()
-                if k not in ("pair_region", "inputs.var")}
+        """The parameters as arrays, all finite (padding is restored from the structure on load)."""
+        out = {k: v.detach().cpu().numpy() for k, v in self.state_dict().items()
+               if k not in ("pair_region", "inputs.var")}
+        out["mix_logits"] = np.where(np.isfinite(out["mix_logits"]), out["mix_logits"], 0.0)
+        return out
 
     def load_arrays(self, arrays: dict[str, np.ndarray], where: str) -> None:
         expected = {k: tuple(v.shape) for k, v in self.state_dict().items() if k not in ("pair_region", "inputs.var")}
@@ -281,10 +289,11 @@ class DenseCircuit(nn.Module):
         if got != expected:
             wrong = sorted(set(got) ^ set(expected)) or [k for k in expected if got[k] != expected[k]]
             raise FedpgmError(f"{where}: parameter arrays do not fit the described circuit ({wrong[:3]})")
-        bad = [k for k, v in arrays.items() if np.isnan(np.asarray(v, dtype=float)).any()]
+        bad = [k for k, v in arrays.items() if not np.isfinite(np.asarray(v, dtype=float)).all()]
         if bad:
-            raise FedpgmError(f"{where}: parameter array(s) {bad} hold NaN values")
+            raise FedpgmError(f"{where}: parameter array(s) {bad} hold NaN or infinite values")
         state = self.state_dict()
         for k, v in arrays.items():
             state[k] = torch.as_tensor(np.asarray(v)).to(state[k].dtype)
         self.load_state_dict(state)
+        self.mask_padding()

@@ -136,18 +136,17 @@ class DensePC(BaseEstimator):
         return model.to(resolve_device(self.device))
 
     def initialise(self, model: DenseCircuit, data: np.ndarray) -> None:
-        """Gaussian means from the values of random training rows, one row per leaf-region unit
-        (so each unit starts as a real patch), plus a little noise."""
+        """Gaussian means at each column's mean plus noise of half its standard deviation: the
+        data enter only through per-column moments, so no unit starts as (and, after few EM
+        steps, stays close to) a copy of a training row, which would travel in FedPC messages."""
         if model.inputs.kind != "gaussian" or len(data) == 0:
             return
         rng = np.random.default_rng(self.seed)
-        rows = rng.integers(0, len(data), size=(model.n_leaf_regions, model.units))
-        region = model.pair_region.cpu().numpy()
         var = model.inputs.var.cpu().numpy()
-        values = data[rows[region], var[:, None]]  # (E, K)
-        values = np.where(np.isnan(values), np.nanmean(data[:, var], axis=0)[:, None], values)
         scale = (model.levels - 1) if model.levels else 1.0
-        mean = values / scale + rng.normal(0, 0.01, values.shape)
+        centre = np.nan_to_num(np.nanmean(data, axis=0))[var] / scale
+        spread = np.nan_to_num(np.nanstd(data, axis=0))[var] / scale
+        mean = centre[:, None] + 0.5 * spread[:, None] * rng.standard_normal((len(var), model.units))
         model.inputs.mean.data.copy_(torch.as_tensor(mean, dtype=torch.float32))
 
     # -- queries ------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from rich import box
 from rich.table import Table
 
 from fedpgm.federation.apps import BACKEND_HELP
-from fedpgm.cli_common import (AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe, QueryColumns, Rows,
+from fedpgm.cli_common import (AnswersOut, BatchSize, DataDir, Device, Epochs, Evidence, Force, Inputs, Label,
+                               Missing, Mpe, Pieces, QueryColumns, Rows, Structure, TrainMethod, Units, dense_params,
                                SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
                                console, load, one_of, prepare_outputs, print_communication, stages)
 from fedpgm.errors import FedpgmError
@@ -20,9 +21,9 @@ fedpc_app = typer.Typer(no_args_is_help=True, help="Federated probabilistic circ
 JsonOut = Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")]
 
 
-def partition_options(scheme, label_to, shared, overlap) -> dict:
-    return {k: v for k, v in dict(scheme=scheme, label_to=label_to, shared=shared, overlap=overlap).items()
-            if v is not None}
+def partition_options(scheme, label_to, shared, overlap, regions=None, band=None) -> dict:
+    return {k: v for k, v in dict(scheme=scheme, label_to=label_to, shared=shared, overlap=overlap,
+                                  regions=regions, band=band).items() if v is not None}
 
 
 def run_with_progress(ds, settings, out: Path | None):
@@ -43,7 +44,8 @@ def fit(
                                            "each row's cluster index, not its data)",
                                       click_type=one_of("glue"))] = "random",
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
-    learner: Annotated[str, typer.Option(help="local learner: learnspn, ratspn, or tree (FC[DT]: a decision "
+    learner: Annotated[str, typer.Option(help="local learner: learnspn, ratspn, pd (dense circuits for images: the "
+                                              "label only shapes the partition), or tree (FC[DT]: a decision "
                                               "tree per labelled client under one root)")] = "learnspn",
     max_depth: Annotated[Optional[int], typer.Option(help="tree: maximum depth (default: unlimited)")] = None,
     min_leaf: Annotated[Optional[int], typer.Option(help="tree: min rows per leaf (default: 5 under a mean "
@@ -67,6 +69,8 @@ def fit(
     em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
     restarts: Annotated[int, typer.Option(help="RAT-SPN: initialisations per circuit, the best training "
                                                "log-likelihood kept")] = 1,
+    structure: Structure = "pd", units: Units = 10, pieces: Pieces = 8, inputs: Inputs = "gaussian",
+    epochs: Epochs = 5, train: TrainMethod = "online", batch_size: BatchSize = 64, device: Device = "auto",
     placement: Annotated[str, typer.Option(help="server (clients send circuits) or split (clients keep "
                                                 "them; queries go to the clients)",
                                            click_type=one_of("placement"))] = "server",
@@ -75,6 +79,11 @@ def fit(
                                                   click_type=one_of("scheme"))] = None,
     label_to: Annotated[Optional[str], typer.Option(help="vertical/hybrid: client id or 'all'")] = None,
     shared: Annotated[Optional[int], typer.Option(help="hybrid: number of shared columns")] = None,
+    regions: Annotated[Optional[str], typer.Option(help="images, vertical/hybrid: each client holds one image region "
+                                                        "(halves: 2 clients, quadrants: 4)",
+                                                   click_type=one_of("regions"))] = None,
+    band: Annotated[Optional[int], typer.Option(help="images, hybrid: pixels by which neighbouring regions "
+                                                     "overlap on each side of a cut (default 2)", min=0)] = None,
     overlap: Annotated[Optional[float], typer.Option(
         help="hybrid, vertical: fraction of rows on all clients (vertical: default 1, every row; below "
              "1 the parties' ids differ, see fedpc fit --align)")] = None,
@@ -112,11 +121,12 @@ def fit(
     params = {"learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf,
                            "by_label": by_label},
               "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root,
-                       "trees": trees, "ensemble": ensemble}}.get(
+                       "trees": trees, "ensemble": ensemble},
+              "pd": dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed)}.get(
                   learner, {"leaf": leaf, "em_iterations": em_iterations, "restarts": restarts})
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
-                           partition=partition_options(scheme, label_to, shared, overlap),
+                           partition=partition_options(scheme, label_to, shared, overlap, regions, band),
                            centralized=not no_centralized, timeout=timeout, min_clients=min_clients,
                            align=align)
     outputs = prepare_outputs(out, force, json=json_out)
@@ -169,6 +179,7 @@ def evaluate(
 ) -> None:
     """Test log-likelihood (and accuracy/F1 with a label) of a saved FedPC, or accuracy/F1 of a
     saved FC[DT], on DATASET's test split."""
+    from fedpgm.data import images
     from fedpgm.fedpc.experiment import classification, evaluate as scores
     from fedpgm.files import write_json
 
@@ -181,6 +192,8 @@ def evaluate(
     if missing_cols:
         raise FedpgmError(f"{dataset} lacks the model's column(s) {missing_cols}; evaluate on the data it "
                           "was fitted on")
+    if not isinstance(model, TreeCircuit) and ds.schema.label is not None and ds.schema.label not in model.schema:
+        ds = ds.drop_label()  # a model of the features alone (dense image circuits)
     report = {"dataset": ds.name, "model": str(model_dir), "n_test": len(ds.test)}
     if isinstance(model, TreeCircuit):
         report |= classification(model.predict_proba(ds.test), ds.test[model.label].to_numpy(dtype=float))
@@ -188,6 +201,8 @@ def evaluate(
         label_name = model.schema.label if model.schema.label in ds.test.columns else None
         proba = model.predict_proba(ds.test, label_name) if label_name else None
         report |= scores(model.log_likelihood(ds.test), proba, ds)
+        if images.layout(model.schema) is not None and images.levels(model.schema) is not None:
+            report["test_bpd"] = images.bits_per_dim(report["test_loglik"], len(model.schema))
     console.print(", ".join(f"{k} {v:.4f}" for k, v in report.items() if isinstance(v, float)))
     if json_out is not None:
         write_json(report, json_out)

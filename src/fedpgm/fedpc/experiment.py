@@ -269,6 +269,9 @@ def summary_line(report: dict) -> str:
         parts.append(f"test LL {report['test_loglik']:.3f}")
     if "centralized_test_loglik" in report:
         parts.append(f"(centralized {report['centralized_test_loglik']:.3f})")
+    if "test_bpd" in report:
+        parts.append(f"{report['test_bpd']:.4f} bits/pixel" + (f" (centralized {report['centralized_test_bpd']:.4f})"
+                                                              if "centralized_test_bpd" in report else ""))
     if "accuracy" in report:
         parts.append(f"accuracy {report['accuracy']:.3f}, macro-F1 {report['f1_macro']:.3f}")
     if "relative_runtime" in report:
