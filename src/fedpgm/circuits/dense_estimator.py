@@ -4,7 +4,9 @@
 Table 5: Poon-Domingos with 8 pieces, K = 10, Gaussian inputs with variance in [1e-3, 0.25],
 online EM with frequency 5 and step 0.1, batch 64, 5 epochs): those are the defaults.
 ``structure="quad-tree"`` halves the image down to pixels; ``"binary-trees"`` is RAT-SPN's
-random region graph (``depth``, ``repetitions``) and needs no image.
+random region graph (``depth``, ``repetitions``) and needs no image. ``cell`` (pixels per PD cell
+side) replaces ``pieces`` where a client holds a region of a larger image: FedPC sets it from
+the whole image (side / pieces), so a client's circuit is its region's share of the whole.
 
 On an image (columns ``pixel_ROW_COL``, ``fedpgm.data.images``) the circuit is a distribution
 over pixel values 0..levels-1: Gaussian inputs are trained as densities on values scaled to
@@ -58,6 +60,7 @@ class DensePC(BaseEstimator):
         "structure": [StrOptions(set(STRUCTURES))],
         "units": [Interval(Integral, 1, None, closed="left")],
         "pieces": [Interval(Integral, 1, None, closed="left")],
+        "cell": [Interval(Real, 1, None, closed="left"), None],
         "depth": [Interval(Integral, 1, None, closed="left")],
         "repetitions": [Interval(Integral, 1, None, closed="left")],
         "leaf": [StrOptions(set(INPUTS))],
@@ -73,11 +76,11 @@ class DensePC(BaseEstimator):
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
     }
 
-    def __init__(self, structure: str = "pd", units: int = 10, pieces: int = 8, depth: int = 2,
-                 repetitions: int = 4, leaf: str = "gaussian", method: str = "online", epochs: int = 5,
+    def __init__(self, structure: str = "pd", units: int = 10, pieces: int = 8, cell: float | None = None,
+                 depth: int = 2, repetitions: int = 4, leaf: str = "gaussian", method: str = "online", epochs: int = 5,
                  batch_size: int = 64, frequency: int = 5, step: float = 0.1, lr: float = 0.05,
                  min_var: float = 1e-3, max_var: float = 0.25, device: str = "auto", seed: int = 0) -> None:
-        self.structure, self.units, self.pieces, self.depth = structure, units, pieces, depth
+        self.structure, self.units, self.pieces, self.cell, self.depth = structure, units, pieces, cell, depth
         self.repetitions, self.leaf, self.method, self.epochs = repetitions, leaf, method, epochs
         self.batch_size, self.frequency, self.step, self.lr = batch_size, frequency, step, lr
         self.min_var, self.max_var, self.device, self.seed = min_var, max_var, device, seed
@@ -129,7 +132,8 @@ class DensePC(BaseEstimator):
             raise FedpgmError("categorical inputs need pixel values (an image schema with pixel levels)")
         if self.leaf == "bernoulli" and not all(f.kind == "binary" for f in schema.features):
             raise FedpgmError("bernoulli inputs need binary columns; use leaf gaussian or categorical")
-        graph = build(self.structure, len(columns), shape, self.pieces, self.depth, self.repetitions, self.seed)
+        graph = build(self.structure, len(columns), shape, self.pieces, self.depth, self.repetitions, self.seed,
+                      self.cell)
         options = {"min_var": self.min_var, "max_var": self.max_var} if self.leaf == "gaussian" else {}
         model = DenseCircuit(graph, self.units, self.leaf, levels, options, seed=self.seed)
         model.schema, model.columns = schema, columns

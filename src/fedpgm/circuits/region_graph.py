@@ -129,12 +129,23 @@ def pixels(rows: range, cols: range, width: int) -> list[int]:
     return [r * width + c for r in rows for c in cols]
 
 
-def poon_domingos(shape, pieces: int = 8) -> RegionGraph:
-    """PD region graph of an H x W image cut into at most ``pieces`` cells per side."""
+def poon_domingos(shape, pieces: int = 8, cell: float | None = None) -> RegionGraph:
+    """PD region graph of an H x W image cut into at most ``pieces`` cells per side, or with
+    ``cell`` into cells of about that many pixels a side (cuts at rounded multiples of it): a
+    region of a larger image keeps that image's cell size, so its circuit is a share of the
+    whole image's, not another circuit of the same size."""
     h, w = check_shape(shape)
     if pieces < 1:
         raise FedpgmError(f"pd pieces must be >= 1, got {pieces}")
-    cuts = [np.unique(np.round(np.linspace(0, n, min(pieces, n) + 1)).astype(int)) for n in (h, w)]
+    if cell is not None and not cell >= 1:
+        raise FedpgmError(f"a pd cell is at least one pixel wide, got {cell}")
+
+    def cuts_of(n: int) -> np.ndarray:
+        if cell is not None:
+            return np.unique(np.append(np.round(np.arange(0, n, cell)).astype(int), n))
+        return np.unique(np.round(np.linspace(0, n, min(pieces, n) + 1)).astype(int))
+
+    cuts = [cuts_of(h), cuts_of(w)]
     rows, cols = cuts
     b = Builder()
     memo: dict[tuple[int, int, int, int], int] = {}
@@ -198,7 +209,7 @@ def binary_trees(n: int, depth: int = 2, repetitions: int = 4, seed: int = 0) ->
 
 
 def build(structure: str, n_vars: int, shape=None, pieces: int = 8, depth: int = 2, repetitions: int = 4,
-          seed: int = 0) -> RegionGraph:
+          seed: int = 0, cell: float | None = None) -> RegionGraph:
     """The named region graph; image structures need ``shape`` with H * W == n_vars."""
     if structure == "binary-trees":
         return binary_trees(n_vars, depth, repetitions, seed)
@@ -209,4 +220,4 @@ def build(structure: str, n_vars: int, shape=None, pieces: int = 8, depth: int =
                           "forming a rectangle (use --structure binary-trees for other tables)")
     if shape[0] * shape[1] != n_vars:
         raise FedpgmError(f"image shape {tuple(shape)} does not match {n_vars} pixel columns")
-    return poon_domingos(shape, pieces) if structure == "pd" else quad_tree(shape)
+    return poon_domingos(shape, pieces, cell) if structure == "pd" else quad_tree(shape)

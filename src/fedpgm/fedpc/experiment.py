@@ -143,6 +143,18 @@ def flower_procedure(fed, fit: dict, test: str, columns: list[str], target: str 
     return result
 
 
+def image_cells(settings: FitSettings, ds: Dataset) -> FitSettings:
+    """Dense PD clients of a vertical or hybrid image split cut their regions into cells of the
+    whole image's size (side / pieces), so together they match the centralized circuit; in a
+    horizontal split every client holds the whole image and its circuit is the centralized
+    one's size (the paper's Table 6)."""
+    found = images.layout(ds.schema)
+    if found is None or settings.split == "horizontal" or settings.params.get("cell") is not None:
+        return settings
+    pieces = settings.params.get("pieces", 8)
+    return replace(settings, params={**settings.params, "cell": max(found[0]) / pieces})
+
+
 def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
               mode: str = "processes") -> tuple[FedPC | None, dict]:
     """Partition, fit, evaluate (and save to ``out``); see the module doc for the report."""
@@ -150,6 +162,7 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     if settings.learner in DENSE_LEARNERS:  # density of the pixels: the label only shapes the partition
         part, ds = part.drop_label(), ds.drop_label()
+        settings = image_cells(settings, ds)
     label = ds.schema.label
     wall = time.perf_counter()
     if settings.backend == "inprocess":
