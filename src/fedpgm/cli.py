@@ -234,6 +234,7 @@ def pc_fit(
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     if dense:
         ds = ds.drop_label()
+        model.check_data(ds.schema)
     selection = None
     with stages(f"learning a {learner} circuit on {ds.name} ({len(ds.train)} rows)"
                 + (f", settings chosen on validation within {budget_s:g} s" if select else ""),

@@ -1,5 +1,7 @@
 import json
 
+import numpy as np
+
 import pytest
 
 
@@ -46,3 +48,57 @@ def test_pc_query_bad_input(cli, tmp_path):
     assert code == 2 and "unknown column" in err
     code, _, err = cli("pc", "query", str(tmp_path / "nomodel"), "--evidence", str(ev))
     assert code == 2 and "has no structure.json" in err
+
+
+def test_pc_fit_dense_on_images_sample_and_inpaint(cli, tmp_path):
+    code, out, err = cli("pc", "fit", "digits", "--learner", "pd", "--pieces", "4", "--units", "4", "--epochs", "2",
+                         "--inputs", "categorical", "--out", str(tmp_path / "m"), "--json", str(tmp_path / "r.json"))
+    assert code == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    for key in ("test_loglik", "test_bpd", "train_seconds", "critical_path_seconds", "n_params", "device"):
+        assert key in report
+    assert report["n_features"] == 64 and report["device"] == "cpu"  # the label is left out
+    assert abs(report["test_bpd"] + report["test_loglik"] / (64 * np.log(2))) < 1e-12
+    assert "bits/pixel" in " ".join(out.split()) and "epoch 2:" in err
+    code, out, err = cli("pc", "sample", str(tmp_path / "m"), "-n", "9", "--png", str(tmp_path / "s.png"),
+                         "--csv", str(tmp_path / "s.csv"))
+    assert code == 0, err
+    assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    samples = np.loadtxt(tmp_path / "s.csv", delimiter=",", skiprows=1)
+    assert samples.shape == (9, 64) and np.isin(samples, np.arange(17)).all()
+    code, out, err = cli("pc", "inpaint", str(tmp_path / "m"), "digits", "-n", "4", "--hide", "right",
+                         "--png", str(tmp_path / "i.png"))
+    assert code == 0 and "mean absolute error on the hidden pixels" in " ".join(out.split()), err
+    import matplotlib.image
+    grid = matplotlib.image.imread(tmp_path / "i.png")
+    assert grid.shape[:2] == (4 * (3 * 9 + 1), 4 * (4 * 9 + 1))  # 3 rows of 4 images of 8 x 8, zoomed 4x
+
+
+@pytest.mark.parametrize("args, message", [
+    (["pc", "fit", "wine", "--learner", "pd"], "needs an image"),
+    (["pc", "fit", "digits", "--learner", "pd", "--device", "cuda"], "torch sees no GPU"),
+    (["pc", "fit", "digits", "--learner", "pd", "--structure", "spiral"], "'spiral' is not one of"),
+    (["pc", "fit", "digits", "--learner", "pd", "--units", "0"], "0 is not in the range x>=1"),
+    (["pc", "fit", "mnist:/nonexistent/folder", "--learner", "pd"], "MNIST folder /nonexistent/folder does not exist"),
+])
+def test_pc_fit_dense_bad_input(cli, tmp_path, args, message):
+    import torch
+    if "cuda" in args and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    code, _, err = cli(*args, "--out", str(tmp_path / "m"), "--json", str(tmp_path / "r.json"))
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "m").exists() and not (tmp_path / "r.json").exists()
+
+
+def test_pc_inpaint_refuses_other_images(cli, tmp_path):
+    from tests.data.test_images import write_mnist
+    write_mnist(tmp_path / "mn", shape=(8, 8))
+    (tmp_path / "mn" / "t10k-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b" + b"broken")
+    code, _, err = cli("pc", "fit", f"mnist:{tmp_path / 'mn'}", "--learner", "pd", "--out", str(tmp_path / "x"))
+    assert code == 2 and "cannot read" in err and not (tmp_path / "x").exists()
+    write_mnist(tmp_path / "mn", shape=(6, 6))
+    code, _, err = cli("pc", "fit", f"mnist:{tmp_path / 'mn'}", "--learner", "pd", "--pieces", "2", "--epochs", "1",
+                       "--out", str(tmp_path / "m"))
+    assert code == 0, err
+    code, _, err = cli("pc", "inpaint", str(tmp_path / "m"), "digits", "--png", str(tmp_path / "i.png"))
+    assert code == 2 and "pixels differ from the model's" in err and not (tmp_path / "i.png").exists()

@@ -89,3 +89,18 @@ def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path):
                        "--ensemble", "stacking", "--out", tmp_path / "s", "--json", tmp_path / "s.json")
     assert code == 2 and "'stacking' is not one of 'bagging', 'boosting'" in err
     assert not (tmp_path / "s").exists() and not (tmp_path / "s.json").exists()
+
+
+def test_fedpc_fit_dense_images_reports_bits_per_pixel(cli, tmp_path):
+    code, out, err = cli("fedpc", "fit", "digits", "--split", "vertical", "--regions", "halves", "--clients", "2",
+                         "--learner", "pd", "--pieces", "4", "--units", "3", "--epochs", "1", "--inputs",
+                         "categorical", "--glue", "combinatorial", "--out", str(tmp_path / "m"),
+                         "--json", str(tmp_path / "r.json"))
+    assert code == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["settings"]["params"]["cell"] == 2.0  # the whole image's 8 / 4 pixels per PD cell
+    assert report["plan"].startswith("2 subspaces (32 features on client-0; 32 features on client-1)")
+    for key in ("test_bpd", "centralized_test_bpd", "relative_runtime", "critical_path_seconds", "n_params"):
+        assert np.isfinite(report[key])
+    code, out, err = cli("fedpc", "evaluate", str(tmp_path / "m"), "digits")
+    assert code == 0 and f"test_bpd {report['test_bpd']:.4f}" in out, err

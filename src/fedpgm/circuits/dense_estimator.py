@@ -120,8 +120,9 @@ class DensePC(BaseEstimator):
         self.circuit_ = model
         return self
 
-    def build(self, schema: Schema) -> DenseCircuit:
-        """The untrained circuit for ``schema`` (its region graph, inputs and device)."""
+    def check_data(self, schema: Schema) -> tuple[tuple[int, int] | None, list[int], int | None]:
+        """(image shape or None, column of each variable, pixel levels or None) for ``schema``, or
+        the error saying why these settings cannot model it (before any work)."""
         if schema.label is not None:
             raise FedpgmError(f"DensePC models the features only; leave the label '{schema.label}' out "
                               "(pc fit drops it for dense learners)")
@@ -132,6 +133,13 @@ class DensePC(BaseEstimator):
             raise FedpgmError("categorical inputs need pixel values (an image schema with pixel levels)")
         if self.leaf == "bernoulli" and not all(f.kind == "binary" for f in schema.features):
             raise FedpgmError("bernoulli inputs need binary columns; use leaf gaussian or categorical")
+        if self.structure != "binary-trees" and shape is None:
+            build(self.structure, len(columns))  # (the error naming what an image needs)
+        return shape, columns, levels
+
+    def build(self, schema: Schema) -> DenseCircuit:
+        """The untrained circuit for ``schema`` (its region graph, inputs and device)."""
+        shape, columns, levels = self.check_data(schema)
         graph = build(self.structure, len(columns), shape, self.pieces, self.depth, self.repetitions, self.seed,
                       self.cell)
         options = {"min_var": self.min_var, "max_var": self.max_var} if self.leaf == "gaussian" else {}

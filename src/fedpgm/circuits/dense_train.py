@@ -32,8 +32,9 @@ def expected_counts(model: DenseCircuit, x: torch.Tensor) -> tuple[float, dict, 
     leaf = model.inputs.log_prob(x)
     ll = model(x, weights=w, leaf=leaf)
     keys = list(w)
-    grads = torch.autograd.grad(ll.sum(), [w[k] for k in keys] + [leaf])
-    counts = {k: (w[k] * g).detach() for k, g in zip(keys, grads)}
+    grads = torch.autograd.grad(ll.sum(), [w[k] for k in keys] + [leaf], allow_unused=True)
+    counts = {k: torch.zeros_like(w[k]) if g is None else (w[k] * g).detach()  # (no mixing in small graphs)
+              for k, g in zip(keys, grads)}
     return float(ll.detach().sum()), counts, model.inputs.statistics(x, grads[-1].detach())
 
 
