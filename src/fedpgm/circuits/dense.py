@@ -45,21 +45,68 @@ class Layer:
     r1: int
     left: torch.Tensor  # (P,) child region positions
     right: torch.Tensor  # (P,)
+    children: torch.Tensor  # (2P,) left then right: one gather per layer
     mix: torch.Tensor  # (R, M) partition positions of each region, padded by repeating the first
     mix_mask: torch.Tensor  # (R, M) True where a partition is real
 
 
-def lse_einsum(left: torch.Tensor, right: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """log sum_ij W[p, o, i, j] exp(left[b, p, i] + right[b, p, j]) -> (B, P, K_out), in
-    log-einsum-exp form: left, right (B, P, K) log-values, weights (P, K_out, K, K) probabilities."""
-    lmax = left.max(-1, keepdim=True).values.detach()
-    rmax = right.max(-1, keepdim=True).values.detach()
-    lmax = torch.where(torch.isfinite(lmax), lmax, torch.zeros_like(lmax))
+def log_einsum_exp(left: torch.Tensor, right: torch.Tensor, weights: torch.Tensor):
+    """log sum_ij W[p, o, i, j] exp(left[p, b, i] + right[p, b, j]) -> (P, B, K_out) for left, right
+    (P, B, K) log-values and W (P, K_out, K * K) probabilities: shift each side by its max, exp,
+    outer product, one batched matmul, log, unshift. Also returns the outer products (P, B, K * K)
+    and the matmul's result (P, B, K_out), which the backward pass needs."""
+    lmax = left.amax(-1, keepdim=True)
+    rmax = right.amax(-1, keepdim=True)
+    lmax = torch.where(torch.isfinite(lmax), lmax, torch.zeros_like(lmax))  # (a child with all units at -inf)
     rmax = torch.where(torch.isfinite(rmax), rmax, torch.zeros_like(rmax))
-    outer = torch.exp(left - lmax)[:, :, :, None] * torch.exp(right - rmax)[:, :, None, :]  # (B, P, K, K)
-    b, p, k, _ = outer.shape
-    prod = torch.bmm(outer.reshape(b, p, k * k).transpose(0, 1), weights.reshape(p, -1, k * k).transpose(1, 2))
-    return torch.log(prod.transpose(0, 1)) + lmax + rmax  # (B, P, K_out)
+    p, b, k = left.shape
+    outer = (torch.exp(left - lmax)[:, :, :, None] * torch.exp(right - rmax)[:, :, None, :]).view(p, b, k * k)
+    prod = torch.bmm(outer, weights.transpose(1, 2))
+    return torch.log(prod) + lmax + rmax, outer, prod
+
+
+class LayeredPass(torch.autograd.Function):
+    """All inner layers at once: (R0, B, K) leaf-region values, part weights (P, K, K * K) and mix
+    weights (R, K, M) -> (R, B, K) values of every region. The backward pass is written out
+    rather than left to autograd, which would re-allocate and zero a gradient of every region
+    at every layer; here one buffer collects them, walking the layers back:
+
+        mixing:  d candidate = responsibility * d region,  d w_mix = sum_b resp * d region / w_mix;
+        einsum:  G = d out / prod;  d W = G^T outer;  d outer = (G W) * outer;
+                 d left = sum_j d outer[i, j],  d right = sum_i d outer[i, j].
+    """
+
+    @staticmethod
+    def forward(ctx, model: "DenseCircuit", leaves: torch.Tensor, part_w: torch.Tensor, mix_w: torch.Tensor):
+        values, _, saved = model.evaluate(leaves, part_w, mix_w, keep=True)
+        ctx.model, ctx.saved = model, saved
+        ctx.save_for_backward(part_w, mix_w)
+        return values
+
+    @staticmethod
+    def backward(ctx, d_values: torch.Tensor):
+        model, saved = ctx.model, ctx.saved
+        part_w, mix_w = ctx.saved_tensors
+        d_values = d_values.clone()
+        b = d_values.shape[1]
+        d_parts = torch.zeros(len(model.part_order), b, model.units, dtype=d_values.dtype, device=d_values.device)
+        d_part_w = torch.zeros_like(part_w)
+        d_mix_w = torch.zeros_like(mix_w)
+        for lay, (outer, prod, resp) in zip(reversed(model.layers), reversed(saved)):
+            g = d_values[lay.r0:lay.r1]  # (R, B, K)
+            if resp is None:
+                d_parts.index_add_(0, lay.mix[:, 0], g)
+            else:
+                d_cand = resp * g[:, None]  # (R, M, B, K)
+                d_parts.index_add_(0, lay.mix.reshape(-1), d_cand.reshape(-1, b, model.units))
+                w = mix_w[lay.r0:lay.r1, :, :resp.shape[1]]
+                d_mix_w[lay.r0:lay.r1, :, :resp.shape[1]] = d_cand.sum(2).transpose(1, 2) / w.clamp_min(1e-300)
+            n = lay.p1 - lay.p0
+            grad = d_parts[lay.p0:lay.p1] / prod
+            d_outer = (torch.bmm(grad, part_w[lay.p0:lay.p1]) * outer).view(n, b, model.units, model.units)
+            d_part_w[lay.p0:lay.p1] = torch.bmm(grad.transpose(1, 2), outer)
+            d_values.index_add_(0, lay.children, torch.cat([d_outer.sum(-1), d_outer.sum(-2)]))
+        return None, d_values[:model.n_leaf_regions], d_part_w, d_mix_w
 
 
 class DenseCircuit(nn.Module):
@@ -110,8 +157,8 @@ class DenseCircuit(nn.Module):
             m = max(len(by_region[r]) for r in range(r_at, r1))
             mix = torch.tensor([by_region[r] + [by_region[r][0]] * (m - len(by_region[r])) for r in range(r_at, r1)])
             mask = torch.tensor([[k < len(by_region[r]) for k in range(m)] for r in range(r_at, r1)])
-            self.layers.append(Layer(p_at, p1, r_at, r1, torch.tensor([r_pos[a] for _, a, _ in parts]),
-                                     torch.tensor([r_pos[b] for _, _, b in parts]), mix, mask))
+            left, right = torch.tensor([r_pos[a] for _, a, _ in parts]), torch.tensor([r_pos[b] for _, _, b in parts])
+            self.layers.append(Layer(p_at, p1, r_at, r1, left, right, torch.cat([left, right]), mix, mask))
             p_at, r_at = p1, r1
         if r_at != len(r_order) or p_at != len(p_order):
             raise FedpgmError("region graph: regions or partitions are out of depth order")
@@ -162,7 +209,8 @@ class DenseCircuit(nn.Module):
         """``.to(device)`` moves the layers' index tensors too."""
         super()._apply(fn, recurse)
         for lay in self.layers:
-            lay.left, lay.right, lay.mix, lay.mix_mask = fn(lay.left), fn(lay.right), fn(lay.mix), fn(lay.mix_mask)
+            lay.left, lay.right, lay.children = fn(lay.left), fn(lay.right), fn(lay.children)
+            lay.mix, lay.mix_mask = fn(lay.mix), fn(lay.mix_mask)
         return self
 
     @property
@@ -170,37 +218,51 @@ class DenseCircuit(nn.Module):
         return self.part_logits.device
 
     # -- evaluation -----------------------------------------------------------------------------
-    def region_values(self, x: torch.Tensor, discrete: bool = False, weights: dict | None = None,
-                      leaf: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, R, K) log-values of every region's units and (B, P, K) of every partition's."""
-        w = weights or self.weights()
-        leaf = self.inputs.log_prob(x, discrete) if leaf is None else leaf
-        b = x.shape[0]
-        regions = torch.zeros(b, self.n_leaf_regions, self.units, dtype=leaf.dtype, device=leaf.device)
-        regions = regions.index_add(1, self.pair_region, leaf)
-        blocks = [regions]
-        parts = regions[:, :0]
+    def evaluate(self, leaves: torch.Tensor, part_w: torch.Tensor, mix_w: torch.Tensor, keep: bool = False):
+        """(R, B, K) values of every region and (P, B, K) of every partition from the (R0, B, K)
+        leaf regions' values (region and partition first, so each layer's gather copies whole
+        blocks and its matmul needs no transposes); with ``keep``, what ``LayeredPass`` needs to
+        differentiate each layer."""
+        r0, b, k = leaves.shape
+        values = torch.empty(len(self.region_order), b, k, dtype=leaves.dtype, device=leaves.device)
+        parts = torch.empty(len(self.part_order), b, k, dtype=leaves.dtype, device=leaves.device)
+        values[:r0] = leaves
+        saved = []
         for lay in self.layers:  # a region's partitions may lie in this or earlier layers
-            values = torch.cat(blocks, 1) if len(blocks) > 1 else blocks[0]
-            blocks = [values]
-            new = lse_einsum(values[:, lay.left], values[:, lay.right], w["part"][lay.p0:lay.p1])
-            parts = torch.cat([parts, new], 1)
+            n = lay.p1 - lay.p0
+            children = values.index_select(0, lay.children)  # (2P, B, K): left then right
+            parts[lay.p0:lay.p1], outer, prod = log_einsum_exp(children[:n], children[n:], part_w[lay.p0:lay.p1])
+            resp = None
             if lay.mix.shape[1] == 1:
-                blocks.append(parts[:, lay.mix[:, 0]])
-                continue
-            candidates = parts[:, lay.mix]  # (B, R, M, K)
-            log_mix = torch.log(w["mix"][lay.r0:lay.r1, :, :lay.mix.shape[1]]).transpose(1, 2)  # (R, M, K)
-            blocks.append(torch.logsumexp(candidates + log_mix, 2))
-        values = torch.cat(blocks, 1) if len(blocks) > 1 else blocks[0]
-        return values, parts
+                values[lay.r0:lay.r1] = parts.index_select(0, lay.mix[:, 0])
+            else:
+                r, m = lay.mix.shape
+                candidates = parts.index_select(0, lay.mix.reshape(-1)).view(r, m, b, k)
+                candidates = candidates + torch.log(mix_w[lay.r0:lay.r1, :, :m]).transpose(1, 2)[:, :, None, :]
+                values[lay.r0:lay.r1] = torch.logsumexp(candidates, 1)
+                if keep:
+                    resp = torch.softmax(candidates, 1)  # (R, M, B, K) each partition's share
+            if keep:
+                saved.append((outer, prod, resp))
+        return values, parts, saved
+
+    def leaf_regions(self, x: torch.Tensor, discrete: bool = False, leaf: torch.Tensor | None = None) -> torch.Tensor:
+        """(R0, B, K) log-values of the leaf regions' units (sums of their pairs' input values)."""
+        leaf = self.inputs.log_prob(x, discrete) if leaf is None else leaf
+        regions = torch.zeros(self.n_leaf_regions, x.shape[0], self.units, dtype=leaf.dtype, device=leaf.device)
+        return regions.index_add(0, self.pair_region, leaf.transpose(0, 1))
 
     def forward(self, x: torch.Tensor, discrete: bool = False, weights: dict | None = None,
                 leaf: torch.Tensor | None = None) -> torch.Tensor:
         """(B,) log p(x) (NaN marginalised); ``discrete``: masses of pixel values, not densities.
         ``weights``/``leaf``: precomputed ``weights()`` and input values (EM differentiates them)."""
         w = weights or self.weights()
-        values, _ = self.region_values(x, discrete, w, leaf)
-        return torch.logsumexp(values[:, self.root_pos] + torch.log(w["root"]), -1)
+        leaves = self.leaf_regions(x, discrete, leaf)
+        if torch.is_grad_enabled():
+            values = LayeredPass.apply(self, leaves, w["part"], w["mix"])
+        else:
+            values = self.evaluate(leaves, w["part"], w["mix"])[0]
+        return torch.logsumexp(values[self.root_pos] + torch.log(w["root"]), -1)
 
     # -- top-down selection ---------------------------------------------------------------------
     @torch.no_grad()
@@ -212,7 +274,8 @@ class DenseCircuit(nn.Module):
             raise FedpgmError(f"how must be one of {SELECTIONS}, got {how!r}")
         gen = torch.Generator(device=x.device).manual_seed(seed)
         w = self.weights()
-        values, parts = self.region_values(x, discrete=True, weights=w)
+        values, parts, _ = self.evaluate(self.leaf_regions(x, discrete=True), w["part"], w["mix"])
+        values, parts = values.transpose(0, 1), parts.transpose(0, 1)  # (B, R, K), (B, P, K)
         b = x.shape[0]
         unit = torch.full((b, values.shape[1]), -1, dtype=torch.long, device=x.device)
         part_unit = torch.full((b, parts.shape[1]), -1, dtype=torch.long, device=x.device)
