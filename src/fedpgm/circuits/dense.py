@@ -163,9 +163,9 @@ class DenseCircuit(nn.Module):
         if r_at != len(r_order) or p_at != len(p_order):
             raise FedpgmError("region graph: regions or partitions are out of depth order")
         k = self.units
-        self.part_logits = nn.Parameter(torch.rand(len(p_order), k, k * k, generator=gen))
+        self.part_logits = nn.Parameter(torch.randn(len(p_order), k, k * k, generator=gen))
         m_max = max([lay.mix.shape[1] for lay in self.layers] or [1])
-        self.mix_logits = nn.Parameter(torch.rand(len(r_order), k, m_max, generator=gen))
+        self.mix_logits = nn.Parameter(torch.randn(len(r_order), k, m_max, generator=gen))
         self.mask_padding()
         self.root_logits = nn.Parameter(torch.zeros(k))
         self.root_pos = r_pos[graph.root]

@@ -149,7 +149,7 @@ class CategoricalInput(InputLayer):
         if not levels or levels < 2:
             raise FedpgmError("categorical inputs need the number of values (levels >= 2)")
         self.levels = int(levels)
-        logits = torch.log(torch.distributions.Dirichlet(torch.ones(self.levels)).sample((len(var), units)))
+        logits = torch.randn(len(var), units, self.levels)  # softmax of standard normal logits
         self.logits = nn.Parameter(logits.float() if init is None else init.float())
 
     def log_prob_values(self, v, discrete):

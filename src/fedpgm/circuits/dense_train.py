@@ -100,7 +100,7 @@ def train(model: DenseCircuit, X: np.ndarray, method: str = "online", epochs: in
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                total -= float(loss) * len(rows)
+                total -= float(loss.detach()) * len(rows)
         history.append(total / len(data))  # (the statistics' pass, i.e. before each update)
         if progress is not None:
             progress(epoch + 1, history[-1])
