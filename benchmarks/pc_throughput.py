@@ -1,6 +1,14 @@
 """Log-likelihood throughput of compiled circuits from 10^3 to 10^6 edges. Prints JSON.
 
     .venv/bin/python benchmarks/pc_throughput.py [--rows 20000] [--out FILE]
+    .venv/bin/python benchmarks/pc_throughput.py --dense [--rows 2000] [--out FILE]
+
+``--dense``: the dense (tensorized) engine, ``fedpgm.circuits.dense``: edge evaluations/s of
+Poon-Domingos circuits over 28 x 28 images (8 pieces) at K = 10, 20, 40 in float32, against the
+same run's float32 matmul multiply-adds/s; and the dense engine against the layer-by-layer
+engine below on the same RAT-SPN structure (32 variables, depth 3, 8 repetitions, K units).
+Edges are counted as in the equivalent node circuit: per partition K^2 products (2 edges each)
+and K sums of K^2 children; per mixing region K sums of its partitions; the root's K.
 
 Circuits: RAT-SPN structures over 32 Gaussian variables, growing repetitions and sum/input
 counts. Reported per size: rows/s and rows x edges/s, for the fused evaluation used by
@@ -43,11 +51,64 @@ def peaks(rows: int) -> dict:
             "logsumexp_child_evals_per_s_float32": x.numel() / t2}
 
 
+def dense_edges(model) -> int:
+    k = model.units
+    mixing = sum(int(lay.mix_mask.sum()) * k for lay in model.layers if lay.mix.shape[1] > 1)
+    return len(model.part_order) * (2 * k * k + k * k * k) + mixing + k
+
+
+def dense_rate(model, x: torch.Tensor) -> float:
+    """Rows/s of the dense forward pass (log-likelihoods of all rows, batches of 500)."""
+    def run():
+        with torch.no_grad():
+            return [model(x[i:i + 500]) for i in range(0, len(x), 500)]
+    return len(x) / median_time(run, warmup=True)[0]
+
+
+def dense_report(rows: int) -> dict:
+    from fedpgm.circuits.dense import DenseCircuit
+    from fedpgm.circuits.region_graph import binary_trees, poon_domingos
+
+    a = torch.randn(2048, 2048)
+    mac = 2048**3 / median_time(lambda: a @ a, warmup=True)[0]
+    report = {"cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "rows": rows,
+              "matmul_multiply_adds_per_s_float32": mac, "pd": [], "ratspn": []}
+    x = torch.randint(0, 256, (rows, 784)).float()
+    for k in (10, 20, 40):
+        model = DenseCircuit(poon_domingos((28, 28), 8), k, "gaussian", levels=256)
+        rate = dense_rate(model, x)
+        edges = dense_edges(model)
+        row = {"units": k, "edges": edges, "rows_per_s": rate, "edge_evals_per_s": rate * edges,
+               "fraction_of_matmul": rate * edges / mac}
+        report["pd"].append(row)
+        print(json.dumps(row), flush=True)
+    schema = Schema(tuple(Feature(f"x{i}", "continuous") for i in range(32)))
+    X = np.random.default_rng(0).normal(size=(rows, 32))
+    for k in (4, 8, 16):
+        node = rat_spn(schema, X[:500], depth=3, repetitions=8, n_sums=k, n_inputs=k, seed=0)
+        cc = CompiledCircuit(node, dtype=torch.float32)
+        plain = rows / median_time(lambda cc=cc: chunked(cc, X, False), warmup=True)[0]
+        fused = rows / median_time(lambda cc=cc: chunked(cc, X, True), warmup=True)[0]
+        model = DenseCircuit(binary_trees(32, 3, 8, seed=0), k, "gaussian", min_var=1e-2, max_var=10.0)
+        dense = dense_rate(model, torch.as_tensor(X, dtype=torch.float32))
+        row = {"units": k, "node_edges": node.stats()["n_edges"], "dense_edges": dense_edges(model),
+               "dense_rows_per_s": dense, "layered_rows_per_s": plain, "fused_rows_per_s": fused,
+               "dense_over_layered": dense / plain, "dense_over_fused": dense / fused}
+        report["ratspn"].append(row)
+        print(json.dumps(row), flush=True)
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--rows", type=int, default=None, help="rows evaluated (default 20000; --dense 2000)")
+    ap.add_argument("--dense", action="store_true", help="the dense engine (see the module doc)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.dense:
+        emit(dense_report(args.rows or 2000), args.out)
+        return
+    args.rows = args.rows or 20_000
     schema = Schema(tuple(Feature(f"x{i}", "continuous") for i in range(32)))
     rng = np.random.default_rng(0)
     X = rng.normal(size=(args.rows, 32))

@@ -25,6 +25,22 @@ def test_fedpc_on_flower_gives_the_in_process_model(tmp_path):
 
 
 @pytest.mark.slow
+def test_dense_image_fedpc_on_flower_gives_the_in_process_model(tmp_path):
+    """PD clients on digits (a small circuit): the Flower run equals the in-process one."""
+    ds = load_dataset("digits", seed=0)
+    settings = dict(split="horizontal", clients=2, seed=1, centralized=False, learner="pd",
+                    params={"pieces": 2, "units": 2, "epochs": 1, "leaf": "categorical", "device": "cpu"})
+    _, local = run_fedpc(ds, FitSettings(backend="inprocess", **settings), out=tmp_path / "local")
+    _, remote = run_fedpc(ds, FitSettings(backend="flower", **settings), out=tmp_path / "flower")
+    assert remote["backend"] == "flower" and remote["n_params"] == local["n_params"]
+    assert remote["test_bpd"] == pytest.approx(local["test_bpd"], rel=1e-6)
+    assert remote["bytes_up"] == local["bytes_up"]  # the same messages, byte for byte
+    pixels = ds.drop_label()
+    a, b = FedPC.load(tmp_path / "local"), FedPC.load(tmp_path / "flower")
+    np.testing.assert_allclose(a.log_likelihood(pixels.test), b.log_likelihood(pixels.test), rtol=1e-6)
+
+
+@pytest.mark.slow
 def test_fcdt_on_flower_gives_the_in_process_model(tmp_path):
     ds = load_dataset("breast_cancer", seed=0)
     settings = dict(split="hybrid", clients=2, seed=1, partition={"label_to": "all"},

@@ -15,6 +15,7 @@ input distribution to its weighted maximum-likelihood estimate.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Callable
 
 import numpy as np
@@ -55,6 +56,22 @@ def m_step(model: DenseCircuit, counts: dict, stats: dict, step: float) -> None:
     model.inputs.m_step(stats, step)
 
 
+def keep_freed_memory() -> None:
+    """Ask glibc to keep freed large blocks for reuse instead of returning each to the OS.
+
+    A training step allocates and frees the same large tensors (the outer products of every
+    layer, tens of MB) every time; by default glibc maps each anew and the kernel zero-fills
+    its pages on first touch, 11-18% of a CPU step (MNIST PD, K = 10). Raising the mmap and
+    trim thresholds to 1 GiB keeps them in the heap. Process-wide and harmless elsewhere (the
+    heap keeps up to the peak it reached); a no-op where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def batches(n: int, size: int, rng: np.random.Generator) -> list[np.ndarray]:
     order = rng.permutation(n)
     return [order[i:i + size] for i in range(0, n, size)]
@@ -72,6 +89,8 @@ def train(model: DenseCircuit, X: np.ndarray, method: str = "online", epochs: in
             raise FedpgmError(f"{name} must be >= 1, got {value}")
     if not 0 < step <= 1:
         raise FedpgmError(f"the online EM step size must lie in (0, 1], got {step}")
+    if model.device.type == "cpu":
+        keep_freed_memory()
     data = torch.as_tensor(np.asarray(X, dtype=np.float32), device=model.device)
     rng = np.random.default_rng(seed)
     history = []
