@@ -10,9 +10,14 @@ dimension need no discretisation), Tucker (EiNet) product-sum layers, and Adam w
 learning rate, batch size, epochs and row order. Reported per seed and as medians: training
 rows/s, test bits per dimension, parameters; fedpgm's ratio to cirkit. fedpgm's own default
 (Gaussian inputs, EiNet's online EM, the paper's 8 pieces) is run beside, labelled as such.
+``--pyjuice`` (CUDA only; PyJuice compiles no circuit without it) adds PyJuice's PD with the
+same cells, K and categorical inputs, trained by mini-batch EM, against fedpgm's online EM with
+one batch per update and the same step size.
 
 libcirkit pins scipy~=1.14, which conflicts with this project's scipy; install it without its
-dependencies (``make bench`` does): ``pip install --no-deps libcirkit==0.3.1 opt_einsum einops graphviz``.
+dependencies (``scripts/install_peers.sh`` does): ``pip install --no-deps libcirkit==0.3.1`` beside
+the bench extra (opt_einsum, einops, graphviz). PyJuice 2.6.3 was installed the same way on the
+GPU machine (its numba, triton and tqdm were there).
 """
 
 from __future__ import annotations
@@ -64,6 +69,33 @@ def run_cirkit(train: np.ndarray, test: np.ndarray, shape, args, seed: int) -> d
             "test_bpd": bits_per_dim(ll, train.shape[1]), "n_params": sum(p.numel() for p in model.parameters())}
 
 
+def run_pyjuice(train: np.ndarray, test: np.ndarray, shape, args, seed: int, cell: int) -> dict:
+    """PyJuice (CUDA only): the same PD cells and K, categorical inputs, mini-batch EM with
+    fedpgm's online-EM step per batch (``--em-step``), same batches and epochs."""
+    import pyjuice as juice
+
+    torch.manual_seed(seed)
+    ns = juice.structures.PD(data_shape=shape, num_latents=args.units, split_intervals=(cell, cell),
+                             structure_type="sum_dominated", input_node_params={"num_cats": 256})
+    pc = juice.compile(ns).to(args.device)
+    x = torch.as_tensor(train, dtype=torch.long, device=args.device)
+    start = time.perf_counter()
+    for epoch in range(args.epochs):
+        pc.init_param_flows(flows_memory=0.0)
+        for rows in batches(len(x), args.batch_size, seed, epoch):
+            pc(x[rows])
+            pc.backward(x[rows], flows_memory=0.0)
+            pc.mini_batch_em(step_size=args.em_step, pseudocount=1e-2)
+    sync(args.device)
+    seconds = time.perf_counter() - start
+    with torch.no_grad():
+        t = torch.as_tensor(test, dtype=torch.long, device=args.device)
+        ll = torch.cat([pc(t[i:i + 500]).reshape(-1) for i in range(0, len(t), 500)]).double().cpu().numpy()
+    return {"train_seconds": seconds, "rows_per_s": args.epochs * len(x) / seconds,
+            "test_bpd": bits_per_dim(ll, train.shape[1]), "n_params": int(pc.num_parameters())
+            if hasattr(pc, "num_parameters") else -1}
+
+
 def run_fedpgm(train_frame, test_frame, schema, params: dict, args, seed: int) -> dict:
     model = DensePC(**params, device=args.device, seed=seed)
     model.fit(train_frame, schema)
@@ -93,6 +125,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--skip-default", action="store_true", help="leave out fedpgm's default (Gaussian, online EM)")
+    ap.add_argument("--pyjuice", action="store_true", help="also PyJuice (CUDA), EM on both sides")
+    ap.add_argument("--em-step", type=float, default=0.1, help="--pyjuice: EM step per mini-batch")
     ap.add_argument("--out")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -105,12 +139,16 @@ def main() -> None:
     same = {"structure": "pd", "cell": cell, "units": args.units, "leaf": "categorical", "method": "adam",
             "lr": args.lr, "epochs": args.epochs, "batch_size": args.batch_size}
     default = {"units": args.units, "epochs": args.epochs, "batch_size": args.batch_size}
-    runs = {"fedpgm": [], "cirkit": [], "fedpgm_default": []}
+    em = {**same, "method": "online", "frequency": 1, "step": args.em_step}
+    runs = {"fedpgm": [], "cirkit": [], "fedpgm_default": [], "fedpgm_em": [], "pyjuice": []}
     for seed in [int(s) for s in args.seeds.split(",")]:  # interleaved: ours, the peer, ours (default)
         runs["fedpgm"].append(run_fedpgm(train_frame, ds.test, ds.schema, same, args, seed))
         runs["cirkit"].append(run_cirkit(train, test, (h, w), args, seed))
         if not args.skip_default:
             runs["fedpgm_default"].append(run_fedpgm(train_frame, ds.test, ds.schema, default, args, seed))
+        if args.pyjuice:
+            runs["fedpgm_em"].append(run_fedpgm(train_frame, ds.test, ds.schema, em, args, seed))
+            runs["pyjuice"].append(run_pyjuice(train, test, (h, w), args, seed, int(cell)))
     report = {"dataset": ds.name, "n_train": len(train), "n_test": len(test), "device": args.device,
               "torch_threads": torch.get_num_threads(), "settings": same,
               "fedpgm_default_settings": {**default, "structure": "pd", "pieces": 8, "leaf": "gaussian",
@@ -119,6 +157,11 @@ def main() -> None:
     m = report["median"]
     report["fedpgm_over_cirkit"] = {"rows_per_s": m["fedpgm"]["rows_per_s"] / m["cirkit"]["rows_per_s"],
                                     "test_bpd_difference": m["fedpgm"]["test_bpd"] - m["cirkit"]["test_bpd"]}
+    if args.pyjuice:
+        report["fedpgm_em_settings"] = em
+        report["fedpgm_em_over_pyjuice"] = {
+            "rows_per_s": m["fedpgm_em"]["rows_per_s"] / m["pyjuice"]["rows_per_s"],
+            "test_bpd_difference": m["fedpgm_em"]["test_bpd"] - m["pyjuice"]["test_bpd"]}
     emit(report, args.out)
 
 
