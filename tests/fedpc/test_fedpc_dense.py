@@ -42,6 +42,9 @@ def test_horizontal_is_the_size_weighted_mixture_of_the_client_circuits(digits, 
     filled = again.complete(x, "max")
     np.testing.assert_array_equal(filled[:, :40], x[:, :40])
     assert not np.isnan(filled).any() and again.sample(3).shape == (3, 64)
+    with InProcessFederation(part, HANDLERS, mode="sequential") as fed:  # circuits kept at the clients
+        split = fit_fedpc(fed, learner="pd", params=PARAMS, seed=1, placement="split")
+        np.testing.assert_allclose(split.log_likelihood(test), expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize("split, options", [("vertical", {"regions": "halves"}),
