@@ -185,3 +185,27 @@ def test_sorted_copies_of_a_continuous_column_are_caught(leak):
                "reversed sorted column": -np.sort(values)[::-1][:40]}[leak]
     with pytest.raises(PrivacyViolation, match="consecutive sorted values of column 'v'"):
         PrivacyAudit([smooth]).check("s", Message("m", {"w": payload}))
+
+
+def test_wide_rows_in_any_order_are_caught_without_sorting_every_window():
+    """Image rows (64 and 784 pixels, wider than a sorted window is ever compared whole): a
+    shuffled copy of one hidden in a large parameter array is found; the array without it passes."""
+    from fedpgm.data.images import pixel_name
+    from fedpgm.data.partition import ClientData
+    from fedpgm.data.schema import Feature, Schema
+
+    rng = np.random.default_rng(0)
+    for side in (8, 28):
+        schema = Schema(tuple(Feature(pixel_name(r, c), "continuous") for r in range(side) for c in range(side)),
+                        pixel_levels=256)
+        import pandas as pd
+        rows = rng.integers(0, 256, (50, side * side)).astype(float)
+        rows[:, : side * side // 2] = 0  # mostly dark, as digits are
+        client = ClientData("c", schema, pd.DataFrame(rows, columns=schema.names))
+        audit = PrivacyAudit([client])
+        params = rng.normal(size=300_000)
+        audit.check("c", Message("fit", {"w": params}))
+        leaked = params.copy()
+        leaked[1000:1000 + side * side] = rng.permutation(rows[7])
+        with pytest.raises(PrivacyViolation, match="contains row"):
+            audit.check("c", Message("fit", {"w": leaked}))

@@ -177,22 +177,66 @@ class Detector:
         w = self.width
         if len(self.patterns) == 0 or flat.size < w:
             return None
+        if self.canon is sort_rows and w > MAX_SORTED_WIDTH:
+            return self.find_any_order(flat)
         windows = np.lib.stride_tricks.sliding_window_view(flat, w)
         for lo in range(0, len(windows), CHUNK):
             C = self.canon(windows[lo: lo + CHUNK])
             h = C @ self.weights
             tol = self.hash_tol * (1.0 + np.abs(h)) if self.canon is exact or self.canon is sort_rows \
                 else np.full_like(h, self.hash_tol)
-            pos = np.searchsorted(self.sorted, h - tol)
-            near = (pos < len(self.sorted)) & (np.abs(self.sorted[np.minimum(pos, len(self.sorted) - 1)] - h) <= tol)
-            for i in np.flatnonzero(near):
-                j = pos[i]
-                while j < len(self.sorted) and self.sorted[j] <= h[i] + tol[i]:
-                    r = self.order[j]
-                    scale = 1.0 + np.abs(self.patterns[r]) if self.canon in (exact, sort_rows) else 1.0
-                    if (np.abs(C[i] - self.patterns[r]) <= self.tol * scale).all():
+            lo = np.searchsorted(self.sorted, h - tol)
+            count = np.searchsorted(self.sorted, h + tol, side="right") - lo
+            hit = self.verify(C, lo, count)
+            if hit is not None:
+                return hit
+        return None
+
+    def verify(self, C: np.ndarray, lo: np.ndarray, count: np.ndarray, block: int = 1 << 16) -> str | None:
+        """Compare each window ``C[i]`` value by value with the ``count[i]`` patterns whose hash
+        lies near its own (sorted positions ``lo[i]`` on), all pairs at once in blocks: windows of
+        wide data sets have a few such candidates each, too many for a loop in Python."""
+        windows = np.flatnonzero(count > 0)
+        if not len(windows):
+            return None
+        n = count[windows]
+        pair_window = np.repeat(windows, n)
+        first = np.repeat(np.cumsum(n) - n, n)
+        pair_pattern = self.order[np.repeat(lo[windows], n) + np.arange(len(pair_window)) - first]
+        relative = self.canon in (exact, sort_rows)
+        for b in range(0, len(pair_window), block):
+            w, r = pair_window[b:b + block], pair_pattern[b:b + block]
+            pats = self.patterns[r]
+            scale = 1.0 + np.abs(pats) if relative else 1.0
+            ok = (np.abs(C[w] - pats) <= self.tol * scale).all(axis=1)
+            if ok.any():
+                return self.what[r[np.argmax(ok)]]
+        return None
+
+
+    def find_any_order(self, flat: np.ndarray) -> str | None:
+        """``find`` for wide rows in any order (images: 784 values) without sorting every window,
+        which costs O(n w log w): a window can hold a row's values only if its sum and sum of
+        squares, taken over all windows at once by cumulative sums (O(n)), match the row's
+        within the tolerance; only those windows are sorted and compared value by value."""
+        w = self.width
+        x = flat.astype(np.float64)
+        c1 = np.concatenate([[0.0], np.cumsum(x)])
+        c2 = np.concatenate([[0.0], np.cumsum(x * x)])
+        s1, s2 = c1[w:] - c1[:-w], c2[w:] - c2[:-w]
+        p1, p2 = self.patterns.sum(axis=1), (self.patterns ** 2).sum(axis=1)
+        bound = self.tol * (w + np.abs(self.patterns).sum(axis=1))  # per value: tol * (1 + |p|)
+        slack = 1e-12 * (np.abs(c1[-1]) + np.abs(c2[-1]) + w)  # rounding of the cumulative sums
+        order = np.argsort(p1)
+        lo = np.searchsorted(p1[order], s1 - bound.max() - slack)
+        hi = np.searchsorted(p1[order], s1 + bound.max() + slack, side="right")
+        for i in np.flatnonzero(hi > lo):
+            for r in order[lo[i]:hi[i]]:
+                close = abs(s1[i] - p1[r]) <= bound[r] + slack
+                if close and abs(s2[i] - p2[r]) <= 2 * bound[r] * (1 + np.abs(self.patterns[r]).max()) + slack:
+                    window = np.sort(flat[i:i + w])
+                    if (np.abs(window - self.patterns[r]) <= self.tol * (1.0 + np.abs(self.patterns[r]))).all():
                         return self.what[r]
-                    j += 1
         return None
 
 
