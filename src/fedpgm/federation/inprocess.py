@@ -17,6 +17,7 @@ reference. Two modes:
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 import os
 import shutil
 import tempfile
@@ -39,8 +40,13 @@ MODES = ("processes", "sequential")
 
 
 def default_start_method() -> str:
-    """``fork`` where the platform has it (Linux), else ``forkserver``, else ``spawn`` (Windows)."""
+    """``fork`` where the platform has it (Linux), else ``forkserver``, else ``spawn`` (Windows);
+    ``forkserver`` also where this process has torch with a GPU: a forked child of a process that
+    touched CUDA cannot use it (dense client circuits train on the GPU)."""
     available = mp.get_all_start_methods()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and "forkserver" in available:
+        return "forkserver"
     return next(m for m in ("fork", "forkserver", "spawn") if m in available)
 OK, FAILED = b"\x00", b"\x01"
 
