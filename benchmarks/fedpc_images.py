@@ -148,20 +148,23 @@ def main() -> None:
     ap.add_argument("--clients", default="1,2,4,8,16")
     ap.add_argument("--epochs", type=int, default=None, help="override the protocol's epochs")
     ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where every circuit trains")
     ap.add_argument("--out")
     args = ap.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.clients = [int(k) for k in args.clients.split(",")]
-    params = dict(PROTOCOLS[args.protocol])
+    params = {**PROTOCOLS[args.protocol], "device": args.device}
     if args.epochs is not None:
         params["epochs"] = args.epochs
     results = table1(args, params) if args.table == "table1" else table2(args, params)
     report = {"table": args.table, "dataset": args.dataset, "protocol": args.protocol, "params": params,
+              "note": "critical_path_seconds are CPU seconds; on a GPU they leave out the GPU's own time"
+              if args.device == "cuda" else "CPU seconds, every process single-threaded",
               "seeds": args.seeds, "results": results}
     emit(report, args.out)
     if args.out and args.table == "table2":
         plot_table2(report, Path(args.out).with_suffix(".png"))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # (the guard matters: workers start by forkserver where torch sees a GPU)
     main()
