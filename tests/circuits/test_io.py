@@ -42,7 +42,7 @@ def edit_structure(folder, fn):
     (lambda d: d["nodes"][0].update(dist="os.system"), "unknown leaf type 'os.system'"),
     (lambda d: d["nodes"][0].update(var=99), "not in the schema"),
     (lambda d: d["nodes"][0].update(type="lambda"), "unknown type 'lambda'"),
-    (lambda d: d.update(format="pickle"), "not a fedpgm-circuit/1 file"),
+    (lambda d: d.update(format="pickle"), "not a fedpgm-circuit/1 or fedpgm-dense-circuit/1 file"),
     (lambda d: d["nodes"].append({"type": "product", "children": [0]}), "not reachable|unused"),
     (lambda d: d["nodes"][0]["shapes"].update({next(iter(d["nodes"][0]["shapes"])): [10**6]}),
      "missing or too short"),

@@ -259,7 +259,7 @@ def test_a_paused_supernode_misses_the_deadline_and_the_quorum_goes_on(tmp_path)
     """A SuperNode stopped mid-fit (SIGSTOP) misses the exchange's --timeout; with --min-clients 2
     the horizontal FedPC completes without it and the report names it."""
     report = tmp_path / "report.json"
-    cli = Cli([*SLOW_FIT[:-2], "10", "--no-centralized", "--backend", "flower", "--timeout", "45",
+    cli = Cli([*SLOW_FIT[:-2], "10", "--no-centralized", "--backend", "flower", "--timeout", "30",
                "--min-clients", "2", "--json", str(report)], tmp_path)
 
     def fitting() -> bool:  # the ServerApp's streamed log says the 'fit' round has started
@@ -281,5 +281,5 @@ def test_a_paused_supernode_misses_the_deadline_and_the_quorum_goes_on(tmp_path)
     assert list(rep["left_out"]) == ["client-1"] and "timeout" in rep["left_out"]["client-1"]
     assert sorted(rep["client_seconds"]) == ["client-0", "client-2"] and "left out: client-1" in text
     cli.assert_clean(timeout=30)
-    print(f"fault: SuperNode paused mid-fit (Flower, --timeout 45, --min-clients 2): fit done without it "
+    print(f"fault: SuperNode paused mid-fit (Flower, --timeout 30, --min-clients 2): fit done without it "
           f"after {took:.2f} s")
