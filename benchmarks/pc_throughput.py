@@ -89,7 +89,7 @@ def dense_report(rows: int) -> dict:
         cc = CompiledCircuit(node, dtype=torch.float32)
         plain = rows / median_time(lambda cc=cc: chunked(cc, X, False), warmup=True)[0]
         fused = rows / median_time(lambda cc=cc: chunked(cc, X, True), warmup=True)[0]
-        model = DenseCircuit(binary_trees(32, 3, 8, seed=0), k, "gaussian", min_var=1e-2, max_var=10.0)
+        model = DenseCircuit(binary_trees(32, 3, 8, seed=0), k, "gaussian", None, {"min_var": 1e-2, "max_var": 10.0})
         dense = dense_rate(model, torch.as_tensor(X, dtype=torch.float32))
         row = {"units": k, "node_edges": node.stats()["n_edges"], "dense_edges": dense_edges(model),
                "dense_rows_per_s": dense, "layered_rows_per_s": plain, "fused_rows_per_s": fused,
