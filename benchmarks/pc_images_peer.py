@@ -62,11 +62,16 @@ def run_cirkit(train: np.ndarray, test: np.ndarray, shape, args, seed: int) -> d
             optimizer.step()
     sync(args.device)
     seconds = time.perf_counter() - start
-    with torch.no_grad():
-        t = torch.as_tensor(test, dtype=torch.long, device=args.device)
-        ll = torch.cat([model(t[i:i + 500]).reshape(-1) for i in range(0, len(t), 500)]).double().cpu().numpy()
     return {"train_seconds": seconds, "rows_per_s": args.epochs * len(x) / seconds,
-            "test_bpd": bits_per_dim(ll, train.shape[1]), "n_params": sum(p.numel() for p in model.parameters())}
+            "test_bpd": peer_bpd(model, test, args.device), "n_params": sum(p.numel() for p in model.parameters())}
+
+
+def peer_bpd(model, test: np.ndarray, device: str) -> float:
+    """Test bits per dimension of a peer's compiled circuit (log-likelihoods in batches of 500)."""
+    with torch.no_grad():
+        t = torch.as_tensor(test, dtype=torch.long, device=device)
+        ll = torch.cat([model(t[i:i + 500]).reshape(-1) for i in range(0, len(t), 500)]).double().cpu().numpy()
+    return bits_per_dim(ll, test.shape[1])
 
 
 def run_pyjuice(train: np.ndarray, test: np.ndarray, shape, args, seed: int, cell: int) -> dict:
@@ -88,11 +93,8 @@ def run_pyjuice(train: np.ndarray, test: np.ndarray, shape, args, seed: int, cel
             pc.mini_batch_em(step_size=args.em_step, pseudocount=1e-2)
     sync(args.device)
     seconds = time.perf_counter() - start
-    with torch.no_grad():
-        t = torch.as_tensor(test, dtype=torch.long, device=args.device)
-        ll = torch.cat([pc(t[i:i + 500]).reshape(-1) for i in range(0, len(t), 500)]).double().cpu().numpy()
     return {"train_seconds": seconds, "rows_per_s": args.epochs * len(x) / seconds,
-            "test_bpd": bits_per_dim(ll, train.shape[1]), "n_params": int(pc.num_parameters())
+            "test_bpd": peer_bpd(pc, test, args.device), "n_params": int(pc.num_parameters())
             if hasattr(pc, "num_parameters") else -1}
 
 

@@ -20,6 +20,7 @@ statistics), a sample or mode per pair, and its parameters as plain tensors for 
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import torch
 from torch import nn
@@ -39,8 +40,9 @@ def log_normal_mass(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
     return log_b + torch.log1p(-torch.exp(torch.clamp(log_a - log_b, max=-1e-12)))
 
 
-class InputLayer(nn.Module):
-    """Shared bookkeeping: which variable each pair reads (``var``, (E,))."""
+class InputLayer(nn.Module, ABC):
+    """Shared bookkeeping: which variable each pair reads (``var``, (E,)); each kind of input
+    implements the four methods below."""
 
     kind = ""
 
@@ -64,20 +66,21 @@ class InputLayer(nn.Module):
         return torch.where(observed[:, :, None], self.log_prob_values(v, discrete), torch.zeros((), dtype=x.dtype,
                                                                                             device=x.device))
 
+    @abstractmethod
     def log_prob_values(self, v: torch.Tensor, discrete: bool) -> torch.Tensor:
-        raise NotImplementedError
+        """(B, E, K) log-probabilities of the values v (B, E) (masses of pixel bins if ``discrete``)."""
 
+    @abstractmethod
     def statistics(self, x: torch.Tensor, q: torch.Tensor) -> dict[str, torch.Tensor]:
         """Expected sufficient statistics summed over the batch, from posteriors q (B, E, K)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def m_step(self, stats: dict[str, torch.Tensor], step: float) -> None:
         """Move parameters ``step`` of the way to the maximiser of the expected statistics."""
-        raise NotImplementedError
 
+    @abstractmethod
     def draw(self, units: torch.Tensor, how: str, generator: torch.Generator | None) -> torch.Tensor:
         """(B, E) a sample (``how="sample"``) or mode (``"max"``) of unit ``units[b, e]`` of each pair."""
-        raise NotImplementedError
 
 
 class GaussianInput(InputLayer):
