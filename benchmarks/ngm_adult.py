@@ -124,7 +124,7 @@ def main() -> None:
               "global_plus_public_beats_mean_client_on_public": with_public_claim(reports),
               "stitched": [r["stitched"] for r in reports],
               "off_graph_share_max": [r["off_graph_share_max"] for r in reports],
-              "wall_seconds": {k: mean_std([r["times"][k] for r in reports]) for k in reports[0]["times"]},
+              "wall_seconds": {k: mean_std([r["wall_seconds"][k] for r in reports]) for k in reports[0]["wall_seconds"]},
               "bytes_up": [r["bytes_up"] for r in reports], "bytes_down": [r["bytes_down"] for r in reports],
               "merged_edges": [r["fedngm"]["merged_edges"] for r in reports],
               "shared_features": reports[0]["shared_features"], "withheld": reports[0]["withheld"],

@@ -34,3 +34,20 @@ def cli(capsys):
         return code, out, err
 
     return run
+
+
+@pytest.fixture
+def read_report():
+    """``read_report(path, "pc fit")``: a ``--json`` report, checked against the one schema
+    (fedpgm.report) and the command that wrote it."""
+    import json
+
+    from fedpgm import __version__
+    from fedpgm.report import check_report
+
+    def read(path, command: str) -> dict:
+        report = check_report(json.loads(Path(path).read_text()))
+        assert report["command"] == command and report["fedpgm_version"] == __version__
+        return report
+
+    return read

@@ -16,9 +16,8 @@ from fedpgm.federation.apps import BACKEND_HELP, check_backend
 from fedpgm.cli_common import (BatchSize, Device, Epochs, Inputs, Pieces, Structure, TrainMethod, Units,
                                dense_params, AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe,  # noqa: F401
                                QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
-                               console, load, one_of, prepare_outputs, print_communication, stages)
+                               console, finish, load, one_of, prepare_outputs, stages)
 from fedpgm.errors import FedpgmError
-from fedpgm.files import write_json
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Federated learning of probabilistic, graphical and interpretable models.")
@@ -174,9 +173,7 @@ def federation_moments(
         console.print(f"  mean {name} = {mean:.6g}")
     for client, why in result["failed"].items():
         console.print(f"[yellow]left out {client}:[/] {why}")
-    print_communication(result["communication"])
-    if json_out is not None:
-        write_json(result, json_out)
+    finish("federation moments", result, json_out, dataset=str(partition_dir), settings={"backend": backend})
 
 
 pc_app = typer.Typer(no_args_is_help=True, help="Probabilistic circuits: learn, save, query.")
@@ -272,13 +269,7 @@ def pc_fit(
     with outputs:
         if out is not None:
             model.save(out)
-        if json_out is not None:
-            write_json(report, json_out)
-    size = (f"{stats['n_params']:,} parameters" if dense else
-            f"{stats['n_nodes']} nodes, {stats['n_edges']} edges")
-    bpd = f", {report['test_bpd']:.4f} bits/pixel" if "test_bpd" in report else ""
-    console.print(f"{ds.name}: {learner} in {seconds:.2f} s, {size}; test log-likelihood "
-                  f"{report['test_loglik']:.4f} nats/row{bpd}")
+        finish("pc fit", report, json_out, settings={"learner": learner, "params": params})
 
 
 @pc_app.command("query")
@@ -379,13 +370,7 @@ def report_losses(result: dict, bits: bool) -> None:
     console.print("  ".join(f"{k} {v:.6f}" for k, v in losses.items()) + f" ({unit})")
 
 
-def write_outputs(payload, json_out: Path | None) -> None:
-    if json_out is not None:
-        write_json(payload, json_out)
-        console.print(f"wrote {json_out}")
-
-
-def report_curve(rows: list[dict], x_key: str, x_label: str, title: str, bits: bool,
+def report_curve(command: str, settings: dict, rows: list[dict], x_key: str, x_label: str, title: str, bits: bool,
                  plot: Path | None, json_out: Path | None) -> None:
     """Print one line per point, then write the plot and the JSON when asked."""
     from fedpgm.decentralization.examples import plot_curve
@@ -395,7 +380,7 @@ def report_curve(rows: list[dict], x_key: str, x_label: str, title: str, bits: b
         report_losses(row, bits)
     if plot is not None:
         plot_curve(rows, x_key, x_label, plot, title)
-    write_outputs(rows, json_out)
+    finish(command, rows, json_out, settings=settings, show=False)
 
 
 @dec_app.command("example-a")
@@ -412,14 +397,15 @@ def dec_example_a(
 
     prepare_outputs(json=json_out, plot=plot)
     if curve:
-        report_curve(ex.example_a_curve(n), "mi_bits", "I(X1; X2) (bits)",
+        report_curve("decentralization example-a", {"n": n, "curve": True}, ex.example_a_curve(n), "mi_bits",
+                     "I(X1; X2) (bits)",
                      f"Example A, N = {n}, no privacy", bits, plot, json_out)
         return
     result = ex.example_a_point(r, n)
     if n <= 4:  # the same mutual informations by independent enumeration of sequences
         result["conditional_mi_nats_enumeration"] = conditional_mutual_informations(ex.example_a(r, n))
     report_losses(result, bits)
-    write_outputs(result, json_out)
+    finish("decentralization example-a", result, json_out, settings={"r": r, "n": n}, show=False)
 
 
 @dec_app.command("example-b")
@@ -437,7 +423,8 @@ def dec_example_b(
 
     prepare_outputs(json=json_out, plot=plot)
     if curve:
-        report_curve(ex.example_b_curve(r, n), "eps_bits", "privacy budget eps (bits)",
+        report_curve("decentralization example-b", {"r": r, "n": n, "curve": True}, ex.example_b_curve(r, n),
+                     "eps_bits", "privacy budget eps (bits)",
                      f"Example B, r = {r}, N = {n}", bits, plot, json_out)
         return
     result = ex.example_b_point(r, eps, n)
@@ -445,7 +432,7 @@ def dec_example_b(
         result["conditional_mi_nats_enumeration"] = conditional_mutual_informations(ex.example_b(r, n))
     console.print(f"optimal noise s: {result['s']}")
     report_losses(result, bits)
-    write_outputs(result, json_out)
+    finish("decentralization example-b", result, json_out, settings={"r": r, "eps_bits": eps, "n": n}, show=False)
 
 
 @dec_app.command("estimate")
@@ -476,20 +463,25 @@ def dec_estimate(
     for agent, v in result["agents"].items():
         table.add_row(agent, *[f"{v[k]['nats']:.4f} [{v[k]['ci95'][0]:.3f}, {v[k]['ci95'][1]:.3f}]"
                                for k in ("CL/DI", "DL/DI", "CL/DI-CL/CI", "DL/DI-CL/CI", "DL/DI-CL/DI")])
-    console.print(table)
-    write_outputs(result, json_out)
+    console.print(table, width=min(console.width, 80))
+    finish("decentralization estimate", result, json_out, show=False,
+           settings={"clients": clients, "seed": seed, "bootstrap_rounds": rounds,
+                     "learner": result.pop("learner")})
 
 
 @app.command("run")
 def run_config(
     config: Annotated[Path, typer.Argument(help="A TOML experiment file (see fedpgm.fedpc.config_run)")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: [experiment] out)")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Output folder (default: out = ... in the file's \\[experiment] table)")] = None,
     force: Force = False,
 ) -> None:
     """Run the experiment a TOML file describes: FC[PC]/FC[DT] runs and baselines on one dataset,
     with a summary table, report.json and summary.png."""
 
-    from fedpgm.fedpc.config_run import COLUMNS, read_config, run_experiment, write_outputs
+    from fedpgm.fedpc.config_run import COLUMNS, read_config, run_experiment, run_values, write_outputs
+    from rich import box
+    from rich.markup import escape
 
     spec = read_config(config)
     folder = out or spec["experiment"].get("out")
@@ -498,14 +490,16 @@ def run_config(
     outputs = prepare_outputs(Path(folder), force)
     with stages("loading") as update:
         report = run_experiment(spec, progress=lambda text: update(description=text))
-    table = Table(title=f"{report['dataset']} ({report['n_train']} train / {report['n_test']} test rows)")
-    table.add_column("run")
-    for col in COLUMNS:
-        table.add_column(col)
-    for name, r in report["results"].items():
-        table.add_row(name, *[("-" if r.get(c) is None else f"{r[c]:,}" if c == "bytes" else f"{r[c]:.3f}")
-                              for c in COLUMNS])
-    console.print(table)
+    metrics = report["metrics"]
+    table = Table(title=f"{report['dataset']} ({metrics['n_train']} train / {metrics['n_test']} test rows)",
+                  box=box.SIMPLE, padding=(0, 1), pad_edge=False)
+    table.add_column("run", overflow="fold")
+    for _, _, header in COLUMNS:
+        table.add_column(header, justify="right")
+    for name, values in run_values(report).items():
+        table.add_row(escape(name), *["-" if values[key] is None else f"{values[key]:,}" if key == "bytes"
+                                      else f"{values[key]:.3f}" for _, key, _ in COLUMNS])
+    console.print(table, width=min(console.width, 80))
     with outputs:
         write_outputs(report, folder)
     console.print(f"wrote {folder}/report.json and summary.png")

@@ -167,9 +167,19 @@ def write_table(table, out: Path | None, what: str = "rows", index: bool = True)
         console.print(f"wrote {len(table)} {what} to {out}")
 
 
-def print_communication(totals: dict) -> None:
-    console.print(f"communication: {totals['bytes_down']} bytes down, {totals['bytes_up']} bytes up, "
-                  f"{totals['messages']} messages, {totals['rounds']} rounds")
+def finish(command: str, result: dict | list, json_out: Path | None = None, *, settings: dict | None = None,
+           dataset: str | None = None, runs: dict | None = None, show: bool = True) -> dict:
+    """``result`` as a report in the one schema (``fedpgm.report``): written to ``json_out``
+    (atomically) and, with ``show``, printed as the one table. Returns the report."""
+    from fedpgm.files import write_json
+    from fedpgm.report import make_report, render
+
+    report = make_report(command, result, dataset=dataset, settings=settings, runs=runs)
+    if json_out is not None:
+        write_json(report, json_out)
+    if show:
+        render(report, console)
+    return report
 
 
 # Dense circuits (learner pd, fedpgm.circuits.dense_estimator.DensePC): the defaults are the FedPC

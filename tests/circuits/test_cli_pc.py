@@ -1,19 +1,20 @@
-import json
-
 import numpy as np
 
 import pytest
 
 
-def test_pc_fit_report_save_and_query(cli, tmp_path):
+def test_pc_fit_report_save_and_query(cli, tmp_path, read_report):
     code, out, err = cli("pc", "fit", "synthetic:mixed", "--rows", "1500", "--out",
                          str(tmp_path / "m"), "--json", str(tmp_path / "r.json"))
     assert code == 0, err
-    report = json.loads((tmp_path / "r.json").read_text())
-    for key in ("dataset", "learner", "n_train", "n_test", "n_features", "train_seconds", "test_loglik",
-                "n_nodes", "n_edges", "n_params"):
-        assert key in report
-    assert report["n_train"] == 1200 and report["n_features"] == 9 and report["test_loglik"] < 0
+    report = read_report(tmp_path / "r.json", "pc fit")
+    m = report["metrics"]
+    assert report["dataset"] == "synthetic:mixed" and report["settings"]["learner"] == "learnspn"
+    assert report["settings"]["params"]["min_instances_slice"] == 100
+    assert {"n_nodes", "n_edges", "n_params", "train_loglik"} <= set(m)
+    assert m["n_train"] == 1200 and m["n_features"] == 9 and m["test_loglik"] < 0
+    assert 0 < report["timing"]["train_seconds"] and 0 < report["timing"]["critical_path_seconds"]
+    assert f"{m['test_loglik']:.4f}" in out  # the one table shows the metrics
     ev = tmp_path / "ev.csv"
     ev.write_text("c0,k0,y\n0.5,a,\n-1.0,,1\n")
     code, out, _ = cli("pc", "query", str(tmp_path / "m"), "--evidence", str(ev), "--target", "y")
@@ -50,16 +51,16 @@ def test_pc_query_bad_input(cli, tmp_path):
     assert code == 2 and "has no structure.json" in err
 
 
-def test_pc_fit_dense_on_images_sample_and_inpaint(cli, tmp_path):
+def test_pc_fit_dense_on_images_sample_and_inpaint(cli, tmp_path, read_report):
     code, out, err = cli("pc", "fit", "digits", "--learner", "pd", "--pieces", "4", "--units", "4", "--epochs", "2",
                          "--inputs", "categorical", "--out", str(tmp_path / "m"), "--json", str(tmp_path / "r.json"))
     assert code == 0, err
-    report = json.loads((tmp_path / "r.json").read_text())
-    for key in ("test_loglik", "test_bpd", "train_seconds", "critical_path_seconds", "n_params", "device"):
-        assert key in report
-    assert report["n_features"] == 64 and report["device"] == "cpu"  # the label is left out
-    assert abs(report["test_bpd"] + report["test_loglik"] / (64 * np.log(2))) < 1e-12
-    assert "bits/pixel" in " ".join(out.split()) and "epoch 2:" in err
+    report = read_report(tmp_path / "r.json", "pc fit")
+    m = report["metrics"]
+    assert {"train_seconds", "critical_path_seconds"} <= set(report["timing"]) and m["n_params"] > 0
+    assert m["n_features"] == 64 and report["details"]["device"] == "cpu"  # the label is left out
+    assert abs(m["test_bpd"] + m["test_loglik"] / (64 * np.log(2))) < 1e-12
+    assert f"{m['test_bpd']:.4f}" in out and "epoch 2:" in err
     code, out, err = cli("pc", "sample", str(tmp_path / "m"), "-n", "9", "--png", str(tmp_path / "s.png"),
                          "--csv", str(tmp_path / "s.csv"))
     assert code == 0, err

@@ -45,14 +45,13 @@ def test_a_spent_budget_still_returns_the_leader_fitted_on_every_row(mixed):
         select_learnspn(train, valid, ds.schema, budget_s=0)
 
 
-def test_pc_fit_select_on_the_command_line(cli, tmp_path):
+def test_pc_fit_select_on_the_command_line(cli, tmp_path, read_report):
     code, _, err = cli("pc", "fit", "wine", "--select", "validation", "--budget-s", "30",
                        "--json", tmp_path / "r.json")
     assert code == 0, err
-    import json
-
-    report = json.loads((tmp_path / "r.json").read_text())
-    assert report["params"]["min_instances_slice"] == report["selection"]["chosen"]["min_instances_slice"]
-    assert report["selection"]["tried"]
+    report = read_report(tmp_path / "r.json", "pc fit")
+    selection = report["metrics"]["selection"]
+    assert report["settings"]["params"]["min_instances_slice"] == selection["chosen"]["min_instances_slice"]
+    assert selection["tried"]
     code, _, err = cli("pc", "fit", "wine", "--learner", "ratspn", "--select", "validation")
     assert code == 2 and "--select chooses LearnSPN's settings" in err

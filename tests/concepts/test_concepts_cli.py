@@ -1,21 +1,21 @@
-import json
-
-
-def test_fit_intervene_and_bad_input(cli, tmp_path):
+def test_fit_intervene_and_bad_input(cli, tmp_path, read_report):
     report, model = tmp_path / "r.json", tmp_path / "m"
     code, out, err = cli("concepts", "fit", "bn:asia", "--model", "cem", "--regime", "fcm", "--rows", "2000",
                          "--clients", "6", "--per-round", "3", "--join-round", "3", "--rounds", "8",
                          "--json", report, "--plot", tmp_path / "plots", "--out", model)
     assert code == 0, err
-    r = json.loads(report.read_text())
-    for key in ("task_accuracy", "concept_accuracy", "coverage", "rounds", "fraction_params_changed",
-                "bytes_up", "bytes_down", "val_task_loss"):
-        assert key in r, key
-    assert r["coverage"] == 1.0 and len(r["val_task_loss"]) == r["rounds"] <= 8 and r["lr"] == 1e-3
+    r = read_report(report, "concepts fit")
+    m, comm = r["metrics"], r["communication"]
+    for key in ("task_accuracy", "concept_accuracy", "coverage", "fraction_params_changed", "val_task_loss"):
+        assert key in m, key
+    assert comm["bytes_up"] > 0 and comm["bytes_down"] > 0 and r["dataset"] == "asia"
+    assert m["coverage"] == 1.0 and len(m["val_task_loss"]) == comm["rounds"] <= 8
+    assert r["settings"]["rounds"]["train"]["lr"] == 1e-3
+    assert f"{m['task_accuracy']:.4f}" in out  # the one table
     assert (tmp_path / "plots" / "asia_cem_fcm_convergence.png").stat().st_size > 1000
     code, out, err = cli("concepts", "intervene", model, "--json", tmp_path / "i.json")
     assert code == 0, err
-    levels = json.loads((tmp_path / "i.json").read_text())["intervention_accuracy"]
+    levels = read_report(tmp_path / "i.json", "concepts intervene")["metrics"]["intervention_accuracy"]
     assert [lv["depth"] for lv in levels] == list(range(len(levels))) and len(levels) >= 2
     code, _, err = cli("concepts", "fit", "bn:asia", "--task", "nope", "--rows", "500", "--json", tmp_path / "x.json")
     assert code == 2 and "nope" in err and not (tmp_path / "x.json").exists()

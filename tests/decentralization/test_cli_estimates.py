@@ -1,4 +1,3 @@
-import json
 
 import numpy as np
 
@@ -18,24 +17,27 @@ def test_estimate_is_consistent_on_breast_cancer():
     assert 0 < r["CL/CI"]["log_loss_nats"] < np.log(2)  # better than a coin
 
 
-def test_cli_examples_write_json_and_plots(cli, tmp_path):
+def test_cli_examples_write_json_and_plots(cli, tmp_path, read_report):
     code, out, err = cli("decentralization", "example-a", "--r", "0.8", "--json", tmp_path / "a.json")
     assert code == 0, err
-    a = json.loads((tmp_path / "a.json").read_text())
-    assert {"r", "mi_bits", "losses_nats", "costs_nats", "conditional_mi_nats"} <= set(a)
+    report = read_report(tmp_path / "a.json", "decentralization example-a")
+    a = report["metrics"]
+    assert report["settings"] == {"r": 0.8, "n": 3}
+    assert {"mi_bits", "losses_nats", "costs_nats", "conditional_mi_nats"} <= set(a)
     for k, v in a["conditional_mi_nats_enumeration"].items():
         assert abs(max(v) - a["costs_nats"][k]) < 1e-9
     code, _, err = cli("decentralization", "example-b", "--r", "0.5", "--eps", "0.3", "--n", "2",
                        "--json", tmp_path / "b.json")
     assert code == 0, err
-    b = json.loads((tmp_path / "b.json").read_text())
-    assert b["eps_bits"] == 0.3 and set(b["s"]) == {"CL/CI", "CL/DI", "DL/CI"}
-    assert {"r", "mi_bits", "eps_bits", "s", "losses_nats", "costs_nats", "conditional_mi_nats"} <= set(b)
+    report = read_report(tmp_path / "b.json", "decentralization example-b")
+    b = report["metrics"]
+    assert report["settings"]["eps_bits"] == 0.3 and set(b["s"]) == {"CL/CI", "CL/DI", "DL/CI"}
+    assert {"mi_bits", "s", "losses_nats", "costs_nats", "conditional_mi_nats"} <= set(b)
     assert "conditional_mi_nats_enumeration" in b
     code, _, err = cli("decentralization", "example-a", "--curve", "--plot", tmp_path / "fig2.png",
                        "--json", tmp_path / "curve.json")
     assert code == 0, err and (tmp_path / "fig2.png").stat().st_size > 1000
-    assert len(json.loads((tmp_path / "curve.json").read_text())) == 21
+    assert len(read_report(tmp_path / "curve.json", "decentralization example-a")["metrics"]["rows"]) == 21
 
 
 def test_cli_bad_input(cli):

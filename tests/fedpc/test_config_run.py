@@ -1,4 +1,3 @@
-import json
 import math
 
 CONFIG = """
@@ -25,19 +24,22 @@ splitnn = {epochs = 2}
 """
 
 
-def test_run_config_writes_report_plot_and_table(cli, tmp_path):
+def test_run_config_writes_report_plot_and_table(cli, tmp_path, read_report):
     config = tmp_path / "exp.toml"
     config.write_text(CONFIG)
     code, out, err = cli("run", config, "--out", tmp_path / "res")
     assert code == 0, err
-    report = json.loads((tmp_path / "res" / "report.json").read_text())
-    results = report["results"]
+    report = read_report(tmp_path / "res" / "report.json", "run")
+    results = report["metrics"]["by_run"]
     assert list(results) == ["FC[PC] horizontal x3", "FedAvg MLP horizontal x3", "FC[DT] vertical x2",
                              "SplitNN MLP vertical x2", "centralized HGB"]
+    assert report["settings"]["baselines"]["fedavg"] == {"rounds": 3} and report["dataset"] == "breast_cancer"
     fedpc = results["FC[PC] horizontal x3"]
-    assert math.isfinite(fedpc["test_loglik"]) and fedpc["relative_runtime"] > 0 and fedpc["accuracy"] > 0.85
+    assert math.isfinite(fedpc["test_loglik"]) and fedpc["accuracy"] > 0.85
+    assert report["timing"]["by_run"]["FC[PC] horizontal x3"]["relative_runtime"] > 0
     assert results["FC[DT] vertical x2"]["accuracy"] > 0.85 and results["centralized HGB"]["accuracy"] > 0.9
-    assert all(r["bytes"] > 0 for n, r in results.items() if n != "centralized HGB")
+    sent = report["communication"]["by_run"]
+    assert set(sent) == set(results) - {"centralized HGB"} and all(r["bytes"] > 0 for r in sent.values())
     assert (tmp_path / "res" / "summary.png").stat().st_size > 1000
     assert "FC[DT]" in out and "report.json" in out
 

@@ -1,28 +1,30 @@
 import io
-import json
 
 import numpy as np
 import pandas as pd
 
 from fedpgm.data import load_dataset
 
-REQUIRED = ("dataset", "split", "clients", "backend", "seed", "test_loglik", "centralized_test_loglik", "accuracy",
-            "f1_macro", "train_seconds", "critical_path_seconds", "centralized_train_seconds", "relative_runtime",
-            "bytes_up", "bytes_down", "messages")
+REQUIRED = {"settings": ("split", "clients", "backend", "seed"),
+            "metrics": ("test_loglik", "centralized_test_loglik", "accuracy", "f1_macro"),
+            "timing": ("train_seconds", "critical_path_seconds", "centralized_train_seconds", "relative_runtime"),
+            "communication": ("bytes_up", "bytes_down", "messages")}
 
 
-def test_fit_evaluate_query(cli, tmp_path):
+def test_fit_evaluate_query(cli, tmp_path, read_report):
     model, report = tmp_path / "m", tmp_path / "r.json"
     code, out, err = cli("fedpc", "fit", "breast_cancer", "--split", "vertical", "--clients", "2", "--glue",
                          "aligned", "--clusters", "4", "--min-instances", "50", "--out", model, "--json", report)
     assert code == 0, err
-    r = json.loads(report.read_text())
-    assert all(k in r for k in REQUIRED)
-    assert r["split"] == "vertical" and r["clients"] == 2 and r["accuracy"] > 0.85 and "f1" in r
-    assert r["relative_runtime"] == r["critical_path_seconds"] / r["centralized_train_seconds"]
+    r = read_report(report, "fedpc fit")
+    assert all(k in r[section] for section, keys in REQUIRED.items() for k in keys)
+    assert r["dataset"] == "breast_cancer" and r["settings"]["split"] == "vertical" and r["settings"]["clients"] == 2
+    m, t = r["metrics"], r["timing"]
+    assert m["accuracy"] > 0.85 and "f1" in m
+    assert t["relative_runtime"] == t["critical_path_seconds"] / t["centralized_train_seconds"]
     code, out, err = cli("fedpc", "evaluate", model, "breast_cancer", "--json", tmp_path / "e.json")
     assert code == 0, err
-    assert json.loads((tmp_path / "e.json").read_text())["test_loglik"] == r["test_loglik"]
+    assert read_report(tmp_path / "e.json", "fedpc evaluate")["metrics"]["test_loglik"] == m["test_loglik"]
     rows = tmp_path / "rows.csv"
     pd.DataFrame({"mean_radius": [12.0, 20.0], "mean_texture": [15.0, None]}).to_csv(rows, index=False)
     code, out, err = cli("fedpc", "query", model, "--evidence", rows, "--target", "target")
@@ -50,19 +52,21 @@ def test_bad_input_exits_2_and_writes_nothing(cli, tmp_path):
     assert code == 2 and "no fedpc.json" in err
 
 
-def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path):
+def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path, read_report):
     model, report = tmp_path / "trees", tmp_path / "t.json"
     code, out, err = cli("fedpc", "fit", "breast_cancer", "--split", "vertical", "--clients", "3", "--learner", "tree",
                          "--label-to", "all", "--overlap", "0.9", "--align", "psi", "--out", model, "--json", report)
     assert code == 0, err
-    r = json.loads(report.read_text())
-    assert r["method"] == "FC[DT]" and r["clients_with_trees"] == ["client-0", "client-1", "client-2"]
-    assert r["alignment"]["intersection"] == round(0.9 * r["n_train"]) and r["alignment"]["rounds"] == 4
-    assert r["accuracy"] > 0.85 and r["bytes_up"] > 0 and "test_loglik" not in r
+    r = read_report(report, "fedpc fit")
+    m, comm = r["metrics"], r["communication"]
+    assert r["details"]["method"] == "FC[DT]" and r["details"]["clients_with_trees"] == ["client-0", "client-1",
+                                                                                      "client-2"]
+    assert comm["alignment"]["intersection"] == round(0.9 * m["n_train"]) and comm["alignment"]["rounds"] == 4
+    assert m["accuracy"] > 0.85 and comm["bytes_up"] > 0 and "test_loglik" not in m
     assert (model / "trees.json").is_file() and (model / "trees.npz").is_file()
     code, _, err = cli("fedpc", "evaluate", model, "breast_cancer", "--json", tmp_path / "e.json")
     assert code == 0, err
-    assert json.loads((tmp_path / "e.json").read_text())["accuracy"] == r["accuracy"]  # same model, same rows
+    assert read_report(tmp_path / "e.json", "fedpc evaluate")["metrics"]["accuracy"] == m["accuracy"]  # same rows
     evidence = tmp_path / "rows.csv"
     ds = load_dataset("breast_cancer", seed=0)
     ds.schema.decode(ds.test.head(4)).drop(columns=["target"]).to_csv(evidence, index=False)
@@ -81,26 +85,29 @@ def test_fit_fcdt_writes_a_classification_report_and_a_model(cli, tmp_path):
     code, _, err = cli("fedpc", "fit", "breast_cancer", "--split", "horizontal", "--clients", "2", "--learner", "tree",
                        "--ensemble", "boosting", "--trees", "30", "--json", boosted)
     assert code == 0, err
-    r = json.loads(boosted.read_text())
-    assert r["ensemble"] == "boosting" and r["trees_per_client"] == 30 and r["accuracy"] > 0.9
-    assert "column medians" in r["shared_with_server"]  # the report says what left each client
-    assert all(0 < n <= 30 for n in r["trees_fitted"].values())
+    r = read_report(boosted, "fedpc fit")
+    m = r["metrics"]
+    assert r["settings"]["params"]["ensemble"] == "boosting" and m["trees_per_client"] == 30 and m["accuracy"] > 0.9
+    assert "column medians" in r["communication"]["shared_with_server"]  # what left each client
+    assert all(0 < n <= 30 for n in m["trees_fitted"].values())
     code, _, err = cli("fedpc", "fit", "breast_cancer", "--split", "horizontal", "--clients", "2", "--learner", "tree",
                        "--ensemble", "stacking", "--out", tmp_path / "s", "--json", tmp_path / "s.json")
     assert code == 2 and "'stacking' is not one of 'bagging', 'boosting'" in err
     assert not (tmp_path / "s").exists() and not (tmp_path / "s.json").exists()
 
 
-def test_fedpc_fit_dense_images_reports_bits_per_pixel(cli, tmp_path):
+def test_fedpc_fit_dense_images_reports_bits_per_pixel(cli, tmp_path, read_report):
     code, out, err = cli("fedpc", "fit", "digits", "--split", "vertical", "--regions", "halves", "--clients", "2",
                          "--learner", "pd", "--pieces", "4", "--units", "3", "--epochs", "1", "--inputs",
                          "categorical", "--glue", "combinatorial", "--out", str(tmp_path / "m"),
                          "--json", str(tmp_path / "r.json"))
     assert code == 0, err
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = read_report(tmp_path / "r.json", "fedpc fit")
     assert report["settings"]["params"]["cell"] == 2.0  # the whole image's 8 / 4 pixels per PD cell
-    assert report["plan"].startswith("2 subspaces (32 features on client-0; 32 features on client-1)")
-    for key in ("test_bpd", "centralized_test_bpd", "relative_runtime", "critical_path_seconds", "n_params"):
-        assert np.isfinite(report[key])
+    assert report["details"]["plan"].startswith("2 subspaces (32 features on client-0; 32 features on client-1)")
+    m, t = report["metrics"], report["timing"]
+    for value in (m["test_bpd"], m["centralized_test_bpd"], t["relative_runtime"], t["critical_path_seconds"],
+                  m["n_params"]):
+        assert np.isfinite(value)
     code, out, err = cli("fedpc", "evaluate", str(tmp_path / "m"), "digits")
-    assert code == 0 and f"test_bpd {report['test_bpd']:.4f}" in out, err
+    assert code == 0 and f"{m['test_bpd']:.4f}" in out, err

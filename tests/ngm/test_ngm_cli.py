@@ -1,4 +1,3 @@
-import json
 
 import numpy as np
 import pandas as pd
@@ -23,17 +22,20 @@ def fitted(tmp_path_factory):
     return d
 
 
-def test_fit_reports_every_model_on_every_test_set(fitted):
-    r = json.loads((fitted / "r.json").read_text())
-    assert r["released"] and r["fedngm"]["merged_edges"] > 0
-    assert set(r["metrics"]) == {"client-0", "client-1", "client-2", "global", "global+public", "centralized"}
-    assert set(r["metrics"]["global"]) == {"client-0", "client-1", "client-2", "public-test"}
+def test_fit_reports_every_model_on_every_test_set(fitted, read_report):
+    r = read_report(fitted / "r.json", "ngm fit")
+    m = r["metrics"]
+    assert m["released"] and r["details"]["fedngm"]["merged_edges"] > 0
+    assert r["settings"]["clients"] == 3 and r["settings"]["ngm"]["hidden"] == 24
+    assert {"client-0", "client-1", "client-2", "global", "global+public", "centralized"} <= set(m)
+    assert set(m["global"]) == {"client-0", "client-1", "client-2", "public-test"}
     # 76 training rows per client: coarse bounds, far from chance (AUC 0.5; MAE 2.5 at the mean)
-    assert 0.75 < r["metrics"]["global"]["public-test"]["target"]["auc"] <= 1.0
-    assert 0.85 < r["metrics"]["centralized"]["public-test"]["target"]["auc"] <= 1.0
-    assert r["metrics"]["centralized"]["public-test"]["mean_radius"]["mae"] < 2.2
-    assert set(r["stitched"]) == {"client-0", "client-1", "client-2"}
-    assert r["privacy_audit_messages"] >= 15 and r["bytes_up"] > 0
+    assert 0.75 < m["global"]["public-test"]["target"]["auc"] <= 1.0
+    assert 0.85 < m["centralized"]["public-test"]["target"]["auc"] <= 1.0
+    assert m["centralized"]["public-test"]["mean_radius"]["mae"] < 2.2
+    assert set(r["details"]["stitched"]) == {"client-0", "client-1", "client-2"}
+    assert m["privacy_audit_messages"] >= 15 and r["communication"]["bytes_up"] > 0
+    assert r["timing"]["wall_seconds"]["total"] > 0
     assert (fitted / "plots" / "ngm_graphs.png").stat().st_size > 1000
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from fedpgm.federation.apps import BACKEND_HELP
-from fedpgm.cli_common import Force, Seed, Timeout, check_timeout, console, one_of, prepare_outputs, stages
+from fedpgm.cli_common import Force, Seed, Timeout, check_timeout, console, finish, one_of, prepare_outputs, stages
 from fedpgm.errors import FedpgmError
 
 concepts_app = typer.Typer(no_args_is_help=True, help="Federated concept-based models (F-CMs): concept sets "
@@ -64,7 +64,9 @@ def fit(
     from fedpgm.concepts.federation import RoundSettings
     from fedpgm.concepts.models import save_model
     from fedpgm.concepts.train import TrainSettings
-    from fedpgm.files import check_output_folder, write_json
+    from dataclasses import asdict
+
+    from fedpgm.files import check_output_folder
 
     network = network_of(dataset)
     join = join_round if join_round is not None else (10 if network in ("asia", "sachs") else 20)
@@ -86,16 +88,9 @@ def fit(
         if out is not None:
             save_model(fitted, out, {"network": network, "task": report["task"], "seed": seed,
                                      "rows": rows, "regime": regime})
-        if json_out is not None:
-            write_json(report, json_out)
+        finish("concepts fit", report, json_out, settings=asdict(settings))
     if plot is not None:
         write_plots(report, plot)
-    console.print(f"{model} {regime} on {network}: task accuracy {report['task_accuracy']:.3f}, concept "
-                  f"accuracy {report['concept_accuracy']:.3f}, coverage {report['coverage']:.2f}, "
-                  f"{report['rounds']} rounds, {report['bytes_up']:,} bytes up"
-                  + (f", epsilon spent {report['dp']['epsilon_spent_max']:.2f} over all updates, "
-                     f"{report['dp']['epsilon_per_update_max']:.2f} per update (target {dp_epsilon} per {dp_scope})"
-                     if "dp" in report else ""))
 
 
 def line_plot(path: Path, x, y, xlabel: str, ylabel: str, title: str, marks=(), marker=None) -> None:
@@ -142,8 +137,6 @@ def intervene(
     from fedpgm.concepts.data import make_concept_data
     from fedpgm.concepts.experiment import test_metrics
     from fedpgm.concepts.models import load_model
-    from fedpgm.files import write_json
-
     prepare_outputs(json=json_out)
     model, meta = load_model(model_dir)
     d = make_concept_data(meta["network"], meta["task"], meta.get("rows"), int(meta.get("seed", 0)))
@@ -151,5 +144,5 @@ def intervene(
     for lv in result["intervention_accuracy"]:
         console.print(f"depth <= {lv['depth']}: task accuracy {lv['task_accuracy']:.3f}, "
                       f"label accuracy {lv['label_accuracy']:.3f}")
-    if json_out is not None:
-        write_json(result, json_out)
+    finish("concepts intervene", result, json_out, dataset=meta["network"],
+           settings={"model": str(model_dir), **meta}, show=False)

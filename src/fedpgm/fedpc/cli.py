@@ -13,7 +13,7 @@ from fedpgm.federation.apps import BACKEND_HELP
 from fedpgm.cli_common import (AnswersOut, BatchSize, DataDir, Device, Epochs, Evidence, Force, Inputs, Label,
                                Missing, Mpe, Pieces, QueryColumns, Rows, Structure, TrainMethod, Units, dense_params,
                                SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
-                               console, load, one_of, prepare_outputs, print_communication, stages)
+                               console, finish, load, one_of, prepare_outputs, stages)
 from fedpgm.errors import FedpgmError
 
 fedpc_app = typer.Typer(no_args_is_help=True, help="Federated probabilistic circuits (FedPC): one-pass "
@@ -90,7 +90,7 @@ def fit(
     align: Annotated[str, typer.Option(help="none (vertical parties hold the same row ids) or psi (find the "
                                             "ids all parties hold by private set intersection and fit "
                                             "on those)", click_type=one_of("align"))] = "none",
-    no_centralized: Annotated[bool, typer.Option(help="Skip the centralized reference")] = False,
+    no_centralized: Annotated[bool, typer.Option("--no-centralized", help="Skip the centralized reference")] = False,
     timeout: Timeout = 3600.0,
     min_clients: Annotated[Optional[int], typer.Option(help="horizontal: go on without clients that fail or "
                                                             "overrun while this many answer (named in the "
@@ -103,9 +103,8 @@ def fit(
     missing: Missing = None, test_size: TestSize = None,
 ) -> None:
     """Partition DATASET, learn a FedPC in one pass, and report it next to centralized LearnSPN."""
-    from fedpgm.fedpc.experiment import FitSettings, summary_line
+    from fedpgm.fedpc.experiment import FitSettings
     from fedpgm.federation.psi import check_align
-    from fedpgm.files import write_json
 
     if min_instances < 1:
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
@@ -136,27 +135,21 @@ def fit(
 
         with outputs:
             _, report = run_fcdt(ds, settings, out)
-        console.print(summary_line(report) + f"; {report['combine']} root over the {report['ensemble']} "
-                                             f"experts of {report['clients_with_trees']}")
+            finish("fedpc fit", report, json_out)
+        console.print(f"{report['combine']} root over the {report['ensemble']} experts of "
+                      f"{report['clients_with_trees']}")
         if report["single_class_clients"]:
             console.print(f"note: clients {report['single_class_clients']} hold one class only, so their experts "
                           "cannot tell classes apart; with label-skewed clients FC[PC] (generative) can")
-        if out is not None:
-            console.print(f"saved the model to {out}")
-        if json_out is not None:
-            write_json(report, json_out)
-        return
-    with outputs:
-        _, report = run_with_progress(ds, settings, out)
-    console.print(summary_line(report))
-    console.print(f"plan: {report['plan']}; critical path {report['critical_path_seconds']:.3f} s"
-                  + (f" vs centralized {report['centralized_train_seconds']:.3f} s"
-                     if "centralized_train_seconds" in report else ""))
-    print_communication(report)
+    else:
+        with outputs:
+            _, report = run_with_progress(ds, settings, out)
+            finish("fedpc fit", report, json_out)
+        console.print(f"plan: {report['plan']}")
+    for client, why in report.get("left_out", {}).items():
+        console.print(f"[yellow]left out: {client}[/] ({why})")
     if out is not None:
         console.print(f"saved the model to {out}")
-    if json_out is not None:
-        write_json(report, json_out)
 
 
 def load_saved(model_dir: Path):
@@ -181,7 +174,6 @@ def evaluate(
     saved FC[DT], on DATASET's test split."""
     from fedpgm.data import images
     from fedpgm.fedpc.experiment import classification, evaluate as scores
-    from fedpgm.files import write_json
 
     prepare_outputs(json=json_out)
     from fedpgm.fedpc.trees import TreeCircuit
@@ -203,9 +195,7 @@ def evaluate(
         report |= scores(model.log_likelihood(ds.test), proba, ds)
         if images.layout(model.schema) is not None and images.levels(model.schema) is not None:
             report["test_bpd"] = images.bits_per_dim(report["test_loglik"], len(model.schema))
-    console.print(", ".join(f"{k} {v:.4f}" for k, v in report.items() if isinstance(v, float)))
-    if json_out is not None:
-        write_json(report, json_out)
+    finish("fedpc evaluate", report, json_out, settings={"model": str(model_dir), "seed": seed})
 
 
 @fedpc_app.command("query")

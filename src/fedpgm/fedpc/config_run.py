@@ -40,6 +40,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.files import atomic_folder
 from fedpgm.fedpc.experiment import FCDT_PARAMS, FitSettings, classification, run_fcdt, run_fedpc
+from fedpgm.report import make_report
 
 EXPERIMENT_KEYS = {"dataset", "seed", "out", "rows", "label", "missing", "test_size", "data_dir"}
 RUN_KEYS = {"method"} | {f.name for f in fields(FitSettings)} - {"seed"}
@@ -48,7 +49,10 @@ BASELINE_KEYS = {"hgb", "fedavg", "splitnn"}
 BASELINE_NAMES = {"fedavg": "FedAvg MLP", "splitnn": "SplitNN MLP"}
 BASELINE_OPTIONS = {"fedavg": {"rounds", "epochs", "lr", "batch_size"},
                     "splitnn": {"epochs", "lr", "batch_size", "hidden"}}
-COLUMNS = ("test_loglik", "accuracy", "f1_macro", "relative_runtime", "bytes")
+# the summary table's columns: (report section, key, header)
+COLUMNS = (("metrics", "test_loglik", "test LL"), ("metrics", "accuracy", "accuracy"),
+           ("metrics", "f1_macro", "macro-F1"), ("timing", "relative_runtime", "rel. time"),
+           ("communication", "bytes", "bytes sent"))
 
 
 WHOLE = {"seed": 0, "rows": 1, "clients": 1, "clusters": 1, "products": 1, "min_clients": 1,
@@ -114,7 +118,8 @@ def run_name(run: dict) -> str:
 
 
 def run_experiment(config: dict, progress=None) -> dict:
-    """Every run and baseline of a checked ``config``; returns the report (nothing written)."""
+    """Every run and baseline of a checked ``config``; returns the report (``fedpgm.report``'s
+    schema, each run's values under ``by_run`` in its sections; nothing written)."""
     exp = config["experiment"]
     seed = int(exp.get("seed", 0))
     options = {k: exp[k] for k in ("rows", "label", "missing", "test_size", "data_dir") if k in exp}
@@ -140,8 +145,16 @@ def run_experiment(config: dict, progress=None) -> dict:
         if progress:
             progress("centralized HGB")
         results["centralized HGB"] = hgb(ds, truth)
-    return {"config": config, "dataset": ds.name, "n_train": len(ds.train), "n_test": len(ds.test),
-            "results": results}
+    return make_report("run", {"n_train": len(ds.train), "n_test": len(ds.test)}, dataset=ds.name,
+                       settings=config, runs=results)
+
+
+def run_values(report: dict) -> dict[str, dict]:
+    """run name -> {key: value} for the summary table's ``COLUMNS`` (None where a run has none)."""
+    names = {name: None for section in ("metrics", "communication", "timing", "details")
+             for name in report[section].get("by_run", {})}
+    return {name: {key: report[section].get("by_run", {}).get(name, {}).get(key) for section, key, _ in COLUMNS}
+            for name in names}
 
 
 def baseline_run(kind: str, ds, run: dict, part_options: dict, seed: int, settings: dict | bool,
@@ -181,15 +194,24 @@ def write_outputs(report: dict, out: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(report["results"])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.4 * len(names) + 1.5))
-    for ax, metric, log in ((axes[0], "accuracy", False), (axes[1], "bytes", True)):
-        values = [report["results"][n].get(metric) or np.nan for n in names]
-        ax.barh(names, values, color=["tab:blue" if n.startswith("FC") else "tab:orange" for n in names])
-        ax.set_xlabel(metric + (" (log scale)" if log else ""))
-        if log:
-            ax.set_xscale("log")
-    fig.suptitle(f"{report['dataset']}")
+    from matplotlib.patches import Patch
+
+    values = run_values(report)
+    names = list(values)[::-1]  # barh draws bottom-up: the first run on top, in both panels
+    colours = ["tab:blue" if n.startswith("FC") else "tab:orange" for n in names]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.4 * len(names) + 1.8), sharey=True)
+    accuracy = np.array([values[n]["accuracy"] if values[n]["accuracy"] is not None else np.nan for n in names])
+    axes[0].barh(names, accuracy, color=colours)
+    low = np.nanmin(accuracy) if np.isfinite(accuracy).any() else 0.0
+    axes[0].set_xlim(max(0.0, np.floor((low - 0.05) * 20) / 20), 1.0)  # zoomed: 0.91 and 0.96 apart
+    axes[0].set_xlabel("test accuracy")
+    sent = [values[n]["bytes"] or np.nan for n in names]
+    axes[1].barh(names, sent, color=colours)
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("bytes sent, up + down (log scale)")
+    axes[1].legend(handles=[Patch(color="tab:blue", label="fedpgm FedPC (FC[PC], FC[DT])"),
+                            Patch(color="tab:orange", label="baselines")], loc="lower right", fontsize=8)
+    fig.suptitle(f"Federated runs and baselines on {report['dataset']}: accuracy and communication")
     fig.tight_layout()
     with atomic_folder(out) as tmp:
         (tmp / "report.json").write_text(json.dumps(report, indent=1, default=float) + "\n")

@@ -276,22 +276,3 @@ def fit_flower(part, ds: Dataset, settings: FitSettings, keep_model: bool = Fals
     return result["info"], ll, proba, model
 
 
-def summary_line(report: dict) -> str:
-    parts = [f"{report['dataset']} {report['split']} x{report['clients']}"]
-    if "test_loglik" in report:
-        parts.append(f"test LL {report['test_loglik']:.3f}")
-    if "centralized_test_loglik" in report:
-        parts.append(f"(centralized {report['centralized_test_loglik']:.3f})")
-    if "test_bpd" in report:
-        parts.append(f"{report['test_bpd']:.4f} bits/pixel" + (f" (centralized {report['centralized_test_bpd']:.4f})"
-                                                              if "centralized_test_bpd" in report else ""))
-    if "accuracy" in report:
-        parts.append(f"accuracy {report['accuracy']:.3f}, macro-F1 {report['f1_macro']:.3f}")
-    if "relative_runtime" in report:
-        parts.append(f"relative runtime {report['relative_runtime']:.2f}")
-    parts.append(f"{report['bytes_up'] + report['bytes_down']:,} bytes")
-    if report.get("left_out"):
-        parts.append(f"left out: {', '.join(report['left_out'])}")
-    return ", ".join(parts)
-
-

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from fedpgm.cli_common import (DataDir, Force, Seed, Timeout, check_timeout, console, prepare_outputs,
+from fedpgm.cli_common import (DataDir, Force, Seed, Timeout, check_timeout, console, finish, prepare_outputs,
                                one_of, stages, write_table)
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
@@ -52,7 +52,9 @@ def fit(
 ) -> None:
     """Run FedNGM on DATASET (e.g. adult): client graphs and NGMs, merged graph, global NGM from
     samples, stitching; every model on every client's test set and on public-test."""
-    from fedpgm.files import check_output_folder, write_json
+    from dataclasses import asdict
+
+    from fedpgm.files import check_output_folder
     from fedpgm.ngm.experiment import ADULT_DEFAULTS, ExperimentSettings, run_ngm
     from fedpgm.ngm.model import NGMSettings
 
@@ -72,8 +74,7 @@ def fit(
     check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
     with outputs, stages(f"FedNGM on {dataset}, {clients} clients") as update:
         model, report = run_ngm(settings, out, plot, progress=lambda text: update(description=f"FedNGM: {text}"))
-    if json_out is not None:
-        write_json(report, json_out)
+        finish("ngm fit", report, json_out, settings=asdict(settings), show=False)
     if not report["released"]:
         console.print(f"[yellow]refused:[/] {report['refusal']}")
         return
@@ -101,14 +102,14 @@ def print_report(report: dict) -> None:
         table.add_column(h, justify="right")
     for model in metrics:
         table.add_row(model, *[value(model, "public-test", y) for y in targets])
-    console.print(table)
+    console.print(table, width=min(console.width, 80))
     own = Table(title="each client's test set: own NGM / global NGM")
     own.add_column("client")
     for h in head:
         own.add_column(h, justify="right")
     for c in report["clients"]:
         own.add_row(c, *[f"{value(c, c, y)} / {value('global', c, y)}" for y in targets])
-    console.print(own)
+    console.print(own, width=min(console.width, 80))
     c = report["comparisons"]
     console.print("global beats mean client on public-test: " + ", ".join(
         f"{y} {'yes' if v['holds'] else 'no'}" for y, v in c["global_beats_mean_client_on_public"].items()))
@@ -116,7 +117,7 @@ def print_report(report: dict) -> None:
         f"{client} " + ", ".join(f"{y} {'yes' if v['holds'] else 'no'}" for y, v in by.items())
         for client, by in c["stitching_improves"].items()))
     console.print(f"bytes up {report['bytes_up']:,}, down {report['bytes_down']:,}; "
-                  f"wall {report['times']['total']:.1f} s")
+                  f"wall {report['wall_seconds']['total']:.1f} s")
 
 
 def read_evidence(model, path: Path):

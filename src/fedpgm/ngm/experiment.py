@@ -205,7 +205,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
                   "released": result.released, "refusal": result.refusal, "fedngm": result.info,
                   "graph": s.graph, "ngm_settings": settings.__dict__}
         if not result.released:
-            report["times"] = times
+            report["wall_seconds"] = times
             return None, report
         say("stitching each client's withheld feature")
         t = time.perf_counter()
@@ -234,7 +234,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     report.update(metrics=metrics, stitched=stitched,
                   comparisons=comparisons(metrics, [c.client_id for c in clients], stitched, s.targets),
                   off_graph_share_max={m: float(model.off_graph_share().max()) for m, model in models.items()},
-                  times=times)
+                  wall_seconds=times)
     if plot_dir is not None:
         plot_graphs({**{c: g.subgraph(shared) for c, g in result.client_graphs.items()},
                      "merged": result.merged}, Path(plot_dir) / "ngm_graphs.png")
