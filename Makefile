@@ -1,12 +1,14 @@
 # Two commands on a fresh machine with python3, pip and make:
 #   make demo   set everything up (.venv) and run the main job
-#   make test   set everything up (.venv), lint src/ (ruff) and run the tests
+#   make test   set everything up (.venv), lint src/ (ruff), build the API reference (fails on a
+#               broken docstring) and run the tests
+#   make docs   the API reference alone: build/api/index.html
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +23,10 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fedpgm demo
 
-test: $(STAMP)
+docs: $(STAMP)
+	$(BIN)/python scripts/api_docs.py --out build/api
+
+test: $(STAMP) docs
 	$(BIN)/ruff check src
 	$(BIN)/python -m pytest
 

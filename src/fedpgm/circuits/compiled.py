@@ -31,6 +31,8 @@ from fedpgm.circuits.structure import Circuit, Leaf, Sum
 
 @dataclass
 class LeafGroup:
+    """Leaves of one distribution type, compiled as one block: positions ``start:end`` of the
+    compiled order, the variable of each leaf and its parameters as tensors."""
     dist: str
     start: int
     end: int
@@ -42,6 +44,8 @@ class LeafGroup:
 
 @dataclass
 class Layer:
+    """One layer of a compiled circuit: products or sums at positions ``start:end``, as an edge
+    list (child position, parent index within the layer, log-weight for sums)."""
     kind: str  # "product" or "sum"
     start: int
     end: int

@@ -31,6 +31,9 @@ DENSE_LIMIT = 0.05  # use a dense coefficient matrix above this fill ratio
 
 
 class LinearFrontier:
+    """The linear part of a compiled circuit (its Gaussian, Bernoulli and categorical leaves and the
+    products over them) as ``features @ coefficients`` for its frontier nodes: one matrix product
+    instead of the leaf layer and the product layers below the first sums (module docstring)."""
     def __init__(self, cc) -> None:
         circuit = cc.circuit
         nodes, schema = circuit.nodes, circuit.schema

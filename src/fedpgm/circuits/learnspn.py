@@ -39,6 +39,9 @@ def fit_leaf(c: Circuit, X: np.ndarray, rows: np.ndarray, var: int, continuous: 
 
 
 class LearnSPNBuilder:
+    """LearnSPN's recursion (Gens & Domingos, 2013) as a work list: split columns by RDC
+    independence, else rows by clustering, until a slice has fewer than ``min_instances_slice`` rows;
+    builds a ``Circuit``."""
     def __init__(self, schema: Schema, X: np.ndarray, min_instances_slice: int, threshold: float,
                  leaf: str, seed: int, floors: np.ndarray, progress=None, min_leaf_rows: int = 1) -> None:
         self.c = Circuit(schema)

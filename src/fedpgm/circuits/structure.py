@@ -25,6 +25,7 @@ from fedpgm.errors import FedpgmError
 
 @dataclass
 class Leaf:
+    """A univariate distribution over the schema's variable ``var``, of a registered leaf type."""
     var: int  # index into the schema's features
     dist: str  # a registered leaf type
     params: dict[str, np.ndarray]
@@ -32,12 +33,14 @@ class Leaf:
 
 @dataclass
 class Sum:
+    """A mixture of its children (node ids), with weights that sum to 1."""
     children: list[int]
     weights: np.ndarray  # (len(children),), sums to 1
 
 
 @dataclass
 class Product:
+    """A factorisation: the product of its children, which have disjoint scopes."""
     children: list[int]
 
 
@@ -46,6 +49,8 @@ Node = Leaf | Sum | Product
 
 @dataclass
 class Circuit:
+    """A symbolic circuit over ``schema``: nodes in topological order (children before parents),
+    the last node the root. Compile it (``CompiledCircuit``) to evaluate it."""
     schema: Schema
     nodes: list[Node] = field(default_factory=list)
 

@@ -51,6 +51,8 @@ from fedpgm.federation.privacy import PrivacyAudit
 
 @dataclass
 class FCMSettings:
+    """One concept-model experiment: the Bayesian network and task, the federation (clients,
+    held-back share, perturbed clients and edges), the backend and the rounds' settings."""
     network: str = "asia"
     task: str | None = None
     rows: int | None = None

@@ -110,6 +110,9 @@ def train(request: Message, ctx: ClientContext) -> Message:
 
 @dataclass
 class RoundSettings:
+    """Federated rounds of a concept model: the model kind, the regime (centralized, local,
+    static, fcm, reinit), rounds, clients per round, the join round, early stopping, local
+    training, DP and secure aggregation, and the graph-aggregation protocol."""
     kind: str = "cgm"
     regime: str = "fcm"
     rounds: int = 200

@@ -34,6 +34,8 @@ DP_SCOPES = ("training", "update")
 
 @dataclass
 class DPSettings:
+    """DP-SGD for a client's updates (Opacus): target epsilon over ``total_epochs``, delta,
+    per-example gradient clipping norm."""
     epsilon: float
     total_epochs: int
     delta: float = 1e-5

@@ -21,6 +21,9 @@ from fedpgm.concepts.models import ENCODER, SCORER, ConceptModel, key, module_of
 
 @dataclass
 class TrainSettings:
+    """Local training of a concept model: epochs per round, learning rate, batch size, the weight
+    ``gamma`` of the concept loss against the task loss, and ``p_int``, the probability that a
+    concept is replaced by its true value in a batch (training-time interventions)."""
     epochs: int = 2
     lr: float = 1e-3
     batch_size: int = 512

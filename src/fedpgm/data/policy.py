@@ -35,6 +35,9 @@ class PolicyRefusal(FedpgmError):
 
 @dataclass(frozen=True)
 class ClientPolicy:
+    """What a client agrees to send, enforced by the client itself: at least ``min_rows`` rows
+    behind every statistic, the algorithm families it serves, the DP it insists on, and the
+    privacy audit of every reply. A server's request never lowers it."""
     min_rows: int = 10
     families: tuple[str, ...] | None = None  # None: every family
     max_epsilon: float | None = None  # None: DP not required

@@ -37,6 +37,8 @@ class LoadOptions:
 
 @dataclass(frozen=True)
 class Loader:
+    """A dataset (or a family of them, ``name:MEMBER``) in the registry: how to load it, which
+    loader options it takes, and how to list or describe it cheaply."""
     name: str
     description: str
     load: Callable[[str | None, LoadOptions], Dataset]

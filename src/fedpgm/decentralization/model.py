@@ -23,6 +23,8 @@ TOL = 1e-9
 
 @dataclass(frozen=True)
 class DiscreteModel:
+    """A discrete model for the cost-of-decentralization losses: the joint P(X) over K features,
+    the group of each configuration, Dirichlet priors per group, and the number of training rows."""
     joint: np.ndarray  # P(X), shape (A_1, ..., A_K)
     groups: np.ndarray  # int group of each x, same shape
     prior: np.ndarray  # (G, C) Dirichlet parameters per group
@@ -57,6 +59,7 @@ class DiscreteModel:
 
 @dataclass(frozen=True)
 class Channel:
+    """A privacy channel P(X^ | X): what an agent shares about its features, as a table."""
     table: np.ndarray  # P(X^ | X), shape (A_1, ..., A_K, outputs)
 
     def check(self, model: DiscreteModel) -> None:

@@ -52,6 +52,8 @@ class ClientFailed(FedpgmError):
 
 @dataclass
 class Replies:
+    """The answers to one broadcast: messages from the clients that answered, failures of those
+    that did not, and (with a quorum) the clients left out."""
     messages: dict[str, Message] = field(default_factory=dict)
     failures: dict[str, ClientFailure] = field(default_factory=dict)
     left_out: dict[str, ClientFailure] | None = None  # the federation's record (see ``require``)

@@ -94,6 +94,7 @@ def toml_value(v) -> str:
 
 @dataclass
 class Node:
+    """A SuperNode process of a loopback deployment, serving one client."""
     client_id: str
     process: subprocess.Popen
     port: int

@@ -53,6 +53,8 @@ ALIGNED = "align/rows"  # state: (rows,) int64 positions of the aligned training
 
 @dataclass
 class ClientContext:
+    """What a client handler sees: its client id, its own data (train/test rows, schema), a
+    working folder for state kept between messages, and its privacy policy."""
     client_id: str
     data: ClientData
     workdir: Path

@@ -96,6 +96,8 @@ def remove_workdir(workdir: Path) -> None:
 
 
 class Worker:
+    """One client of the in-process backend: a worker process holding that client's data,
+    reached through a pipe; it dies with its parent."""
     def __init__(self, ctx, client: ClientData, handlers_path: str, workdir: Path) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=client_process, daemon=True,

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 @dataclass(frozen=True)
 class Entry:
+    """One message on the wire: direction, client, message type, encoded bytes, time, round."""
     direction: str  # "down" (server -> client) or "up" (client -> server)
     client: str
     message: str
@@ -22,6 +23,8 @@ class Entry:
 
 @dataclass
 class Ledger:
+    """Every message of a run with its encoded size (``Entry``), and the totals a report shows:
+    bytes up and down, messages, rounds."""
     entries: list[Entry] = field(default_factory=list)
     rounds: int = 0
     start: float = field(default_factory=time.perf_counter)

@@ -40,6 +40,9 @@ FCDT_PARAMS = ("max_depth", "min_samples_leaf", "combine", "trees", "ensemble")
 
 @dataclass
 class FitSettings:
+    """One FedPC fit: the split and number of clients, gluing (random, combinatorial, aligned) and
+    clusters per subspace, the local learner and its parameters, placement, backend, partition
+    options, deadlines and quorum, and row alignment."""
     split: str = "horizontal"
     clients: int = 2
     clusters: int = 2

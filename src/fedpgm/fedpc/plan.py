@@ -33,12 +33,15 @@ MAX_PRODUCTS = 100_000
 
 @dataclass
 class Alternative:
+    """One way to cover a subspace: a mixture of client components with normalised weights."""
     components: list[int]
     weights: list[float]  # normalised, one per component
 
 
 @dataclass
 class Plan:
+    """Algorithm 1's plan: the subspaces (features, clients), the client components, the
+    alternatives per subspace and the products that glue one alternative of each subspace."""
     subspaces: list[dict]  # {"features": [...], "clients": [...]}
     components: list[dict]  # {"client", "key", "subspace", "n"}
     alternatives: list[list[Alternative]]

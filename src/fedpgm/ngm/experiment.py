@@ -45,6 +45,8 @@ ADULT_DEFAULTS = {"skew": ["sex=Female", "race!=White", "age>=50"],
 
 @dataclass
 class ExperimentSettings:
+    """One FedNGM experiment: dataset, clients and their skews and withheld features, targets,
+    public share, graph recovery, quorum, samples and Gibbs sweeps, and the NGM settings."""
     dataset: str = "adult"
     clients: int = 3
     skew: list[str] = field(default_factory=lambda: list(ADULT_DEFAULTS["skew"]))

@@ -81,6 +81,8 @@ FULL = ""  # residuals given every other feature (no feature name is empty)
 
 @dataclass
 class NGMSettings:
+    """Training an NGM: hidden units and layers, the graph penalty ``lam``, optimiser, epochs with
+    early stopping, and whether it is the NGR variant that reveals a graph."""
     hidden: int = 64
     layers: int = 2
     lam: float = 0.1  # the share penalty reaches log(1e-6); 1.0 costs fit (Adult income AUC 0.69 vs 0.87)
