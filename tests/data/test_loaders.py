@@ -123,6 +123,16 @@ def test_bn_sampling_codes_graph_and_seed():
     assert other.schema.label == "Erk" and other.schema["Akt"].cardinality == 3
 
 
+def test_bn_sampling_prints_no_pgmpy_deprecation_warning():
+    import subprocess
+    import sys
+
+    code = "from fedpgm.data import load_dataset; load_dataset('bn:asia', rows=50)"
+    run = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and "FutureWarning" not in run.stderr, run.stderr[-2000:]
+
+
 def test_bn_unknown_network():
     with pytest.raises(FedpgmError, match="unknown network 'nope'; pgmpy ships: .*asia"):
         load_dataset("bn:nope")

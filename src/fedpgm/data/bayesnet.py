@@ -47,6 +47,7 @@ def read_network(name: str):
     """The pgmpy ``DiscreteBayesianNetwork`` of a bundled network (parsed once per process)."""
     with warnings.catch_warnings():  # pgmpy 1.1 warns about its own deprecations on import
         warnings.simplefilter("ignore", FutureWarning)
+        import pgmpy.inference  # noqa: F401  (imported by simulate(): its import warns, so import it here)
         from pgmpy.readwrite import BIFReader  # takes seconds to import: only when needed
 
         return BIFReader(string=network_text(name)).get_model()

@@ -117,7 +117,11 @@ def glasso_graph(frame: pd.DataFrame, schema: Schema, sparsity: float = 0.25,
 
 def bn_graph(frame: pd.DataFrame, schema: Schema, bins: int = 5, max_indegree: int = 3) -> nx.Graph:
     """Moral graph of a Bayesian network learned by pgmpy (hill climbing, BIC) on binned data."""
-    from pgmpy.estimators import BIC, HillClimbSearch  # pgmpy's import is slow: only when used
+    import warnings
+
+    with warnings.catch_warnings():  # pgmpy 1.1 warns about its own deprecations on import
+        warnings.simplefilter("ignore", FutureWarning)
+        from pgmpy.estimators import BIC, HillClimbSearch  # pgmpy's import is slow: only when used
 
     data = {}
     for f in schema.features:
