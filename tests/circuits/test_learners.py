@@ -105,9 +105,9 @@ def test_estimator_api(mixed):
     assert abs(model.log_likelihood(draws).mean() - model.score(mixed.test)) < 0.5
     ev = mixed.test.copy()
     ev["c0"] = np.nan
-    filled = model.mpe(ev)
-    assert not np.isnan(filled).any()
-    assert (filled[:, 1:] == ev.to_numpy()[:, 1:]).all()  # evidence kept
+    filled = model.mpe(ev)  # a frame in, a frame out, columns named
+    assert list(filled.columns) == mixed.schema.names and not filled.isna().any().any()
+    assert (filled.to_numpy()[:, 1:] == ev.to_numpy()[:, 1:]).all()  # evidence kept
     # a DataFrame without some columns marginalises them
     sub = mixed.test[["c0", "b0"]]
     assert np.allclose(model.log_likelihood(sub), model.log_likelihood(mixed.test.assign(

@@ -8,6 +8,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV, cross_val_score
 
 from fedpgm.circuits.estimator import LearnSPN, RatSPN
+from fedpgm.data import load_dataset
 from fedpgm.errors import FedpgmError
 
 
@@ -49,3 +50,25 @@ def test_grid_search_and_cross_validation_on_unlabelled_data(cancer):
     search = GridSearchCV(LearnSPN(), {"min_instances_slice": [40, 200], "threshold": [0.3]}, cv=3).fit(X)
     assert search.best_params_["min_instances_slice"] in (40, 200)
     assert search.best_estimator_.score(X) == pytest.approx(search.best_estimator_.log_likelihood(X).mean())
+
+
+@pytest.mark.parametrize("estimator", [LearnSPN(min_instances_slice=50), RatSPN()], ids=["LearnSPN", "RatSPN"])
+def test_scikit_learn_check_estimator_passes(estimator):
+    """scikit-learn's own conventions (input checks, n_features_in_, NotFittedError, clone,
+    pickling in memory, ...): every applicable check passes."""
+    from sklearn.utils.estimator_checks import check_estimator
+
+    results = check_estimator(estimator, on_fail=None)
+    failed = [f"{r['check_name']}: {r['exception']}" for r in results if r["status"] == "failed"]
+    assert len(results) >= 30 and not failed, failed
+
+
+def test_mpe_of_a_frame_is_a_frame_with_named_columns():
+    ds = load_dataset("wine", seed=0)
+    model = LearnSPN(min_instances_slice=40).fit(ds.train, ds.schema)
+    rows = ds.test.iloc[:4, ::-1].copy()  # columns in another order than the schema's
+    rows["alcohol"] = np.nan
+    filled = model.mpe(rows)
+    assert list(filled.columns) == ds.schema.names and (filled.index == rows.index).all()
+    assert np.allclose(filled[rows.columns.drop("alcohol")], rows.drop(columns="alcohol"))
+    assert filled["alcohol"].notna().all()

@@ -3,7 +3,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from fedpgm.data import load_dataset
+from fedpgm.data import load_dataset, partition
+from fedpgm.fedpc import FederatedPC
 from fedpgm.fedpc.experiment import FitSettings, run_fcdt, run_fedpc
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.trees import TreeCircuit
@@ -11,17 +12,20 @@ from fedpgm.fedpc.trees import TreeCircuit
 
 @pytest.mark.slow
 def test_fedpc_on_flower_gives_the_in_process_model(tmp_path):
+    """run_fedpc in-process against the estimator on Flower (both go through fit_flower's and
+    fit_inprocess's one code path: the CLI's --backend flower is covered by the dense test)."""
     ds = load_dataset("wine", seed=0)
     settings = dict(split="hybrid", clients=2, clusters=2, seed=1, centralized=False,
                     params={"min_instances_slice": 30})
     _, local = run_fedpc(ds, FitSettings(backend="inprocess", **settings), out=tmp_path / "local")
-    _, remote = run_fedpc(ds, FitSettings(backend="flower", **settings), out=tmp_path / "flower")
-    assert remote["backend"] == "flower"
-    assert remote["test_loglik"] == pytest.approx(local["test_loglik"], rel=1e-10)
-    assert remote["accuracy"] == local["accuracy"]
-    assert remote["bytes_up"] == local["bytes_up"]  # the same messages, byte for byte
-    a, b = FedPC.load(tmp_path / "local"), FedPC.load(tmp_path / "flower")
-    np.testing.assert_allclose(a.log_likelihood(ds.test), b.log_likelihood(ds.test), rtol=1e-12)
+    part = partition(ds, "hybrid", 2, seed=1)
+    remote = FederatedPC(clusters=2, seed=1, params={"min_instances_slice": 30}, backend="flower").fit(part)
+    assert remote.score(ds.test) == pytest.approx(local["test_loglik"], rel=1e-10)
+    assert remote.communication_["bytes_up"] == local["bytes_up"]  # the same messages, byte for byte
+    remote.save(tmp_path / "flower")
+    a, b = FedPC.load(tmp_path / "local"), FederatedPC.load(tmp_path / "flower")
+    np.testing.assert_allclose(a.log_likelihood(ds.test), b.score_samples(ds.test), rtol=1e-12)
+    assert b.get_params() == remote.get_params() and b.backend == "flower"
 
 
 @pytest.mark.slow

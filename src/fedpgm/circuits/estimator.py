@@ -23,6 +23,7 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import InvalidParameterError, Interval, StrOptions
+from sklearn.utils.validation import validate_data
 
 from fedpgm.circuits import queries
 from fedpgm.circuits.compiled import CompiledCircuit
@@ -91,6 +92,9 @@ class CircuitEstimator(BaseEstimator, ABC):
         self.check_params()
         if isinstance(y, Schema):
             schema, y = y, None
+        # scikit-learn's input checks (2-d, not empty, not complex or sparse, no inf; NaN is a
+        # missing value), n_features_in_ and feature_names_in_
+        validate_data(self, X, reset=True, ensure_all_finite="allow-nan", dtype=float)
         if schema is None:
             if isinstance(X, pd.DataFrame):
                 names = [str(c) for c in X.columns]
@@ -135,9 +139,16 @@ class CircuitEstimator(BaseEstimator, ABC):
         cats = tuple(str(c) for c in self.classes_)
         return Schema(schema.features + (Feature(TARGET, "categorical", cats),), TARGET)
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True  # a missing value: marginalised in queries, skipped in fit
+        return tags
+
     def _matrix(self, X, y=None) -> np.ndarray:
         """Query rows in schema order; for a model fitted with ``y``, X may leave out the label
         (unobserved) or ``y`` supplies it."""
+        if not isinstance(X, pd.DataFrame):  # (a DataFrame may hold any subset of the columns)
+            X = validate_data(self, X, reset=False, dtype=float, ensure_all_finite="allow-nan")
         if getattr(self, "classes_", None) is not None and not (isinstance(X, pd.DataFrame) and TARGET in X):
             frame = pd.DataFrame(np.asarray(X, dtype=float) if not isinstance(X, pd.DataFrame) else X)
             if not isinstance(X, pd.DataFrame):
@@ -169,10 +180,11 @@ class CircuitEstimator(BaseEstimator, ABC):
 
     def predict_proba(self, X, target: str | None = None) -> np.ndarray:
         """(rows, classes) probabilities of ``target`` (default: the label) given the rest."""
+        cc = self._check()
         target = target or self.schema_.label
         if target is None:
             raise FedpgmError("predict_proba needs a target: pass target= or fit with a labelled schema")
-        return queries.predict_proba(self._check(), self._matrix(X), target)
+        return queries.predict_proba(cc, self._matrix(X), target)
 
     def predict(self, X, target: str | None = None) -> np.ndarray:
         """(rows,) the most probable value of ``target``: the labels of ``fit(X, y)``, else the
@@ -185,8 +197,13 @@ class CircuitEstimator(BaseEstimator, ABC):
     def conditional(self, X, query: list[str]) -> np.ndarray:
         return queries.conditional(self._check(), self._matrix(X), query)
 
-    def mpe(self, X) -> np.ndarray:
-        return queries.mpe(self._check(), self._matrix(X))
+    def mpe(self, X):
+        """X with its missing values filled by the most probable explanation: a DataFrame in, a
+        DataFrame out (the schema's column names, X's index), else an array in schema order."""
+        filled = queries.mpe(self._check(), self._matrix(X))
+        if isinstance(X, pd.DataFrame):
+            return pd.DataFrame(filled, columns=self.schema_.names, index=X.index)
+        return filled
 
     def sample(self, n: int | None = None, evidence=None, seed: int = 0) -> np.ndarray:
         ev = None if evidence is None else self._matrix(evidence)

@@ -127,22 +127,25 @@ def fit_inprocess(part, settings: FitSettings, mode: str = "processes") -> tuple
         raise
 
 
-def flower_procedure(fed, fit: dict, test: str, columns: list[str], target: str | None = None,
+def flower_procedure(fed, fit: dict, test: str | None, columns: list[str], target: str | None = None,
                      out: str | None = None, method: str = "fedpc") -> dict:
     """Runs inside the Flower ServerApp: fit (FedPC, or FC[DT] with ``method`` "fcdt"), evaluate
-    the test rows in ``test`` (npz with ``X``, one column per name in ``columns``), save."""
+    the test rows in ``test`` (npz with ``X``, one column per name in ``columns``; None: no
+    evaluation), save."""
     import pandas as pd
 
     model = fit_fcdt(fed, **fit) if method == "fcdt" else fit_fedpc(fed, **fit)
+    result = {"info": model.info}
+    if out is not None:
+        model.save(out)
+    if test is None:
+        return result
     with np.load(test, allow_pickle=False) as z:
         X = pd.DataFrame(z["X"], columns=columns)
-    result = {"info": model.info}
     if method == "fedpc":
         result["test_ll"] = model.log_likelihood(X).tolist()
     if target is not None:
         result["proba"] = model.predict_proba(X, target).tolist()
-    if out is not None:
-        model.save(out)
     return result
 
 
@@ -254,21 +257,24 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     return model, report
 
 
-def fit_flower(part, ds: Dataset, settings: FitSettings, keep_model: bool = False, method: str = "fedpc"
+def fit_flower(part, ds: Dataset | None, settings: FitSettings, keep_model: bool = False, method: str = "fedpc"
                ) -> tuple[dict, np.ndarray | None, np.ndarray | None, FedPC | TreeCircuit | None]:
     """The same fit on a loopback Flower deployment (SuperLink + one SuperNode per client, or
     the Simulation Runtime with ``backend="simulation"``):
-    the fit's info, test log-likelihoods (FedPC only), class probabilities and, with
-    ``keep_model``, the model (saved by the ServerApp, read back here)."""
+    the fit's info, test log-likelihoods (FedPC only) and class probabilities on ``ds.test``
+    (None without ``ds``) and, with ``keep_model``, the model (saved by the ServerApp, read back
+    here)."""
     from fedpgm.federation.deploy import LoopbackDeployment
 
     with private_tempdir("fedpgm-fedpc-") as tmp:
         tmp = Path(tmp)
         part.write(tmp / "partition")
-        np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
         fit = fcdt_args(settings) if method == "fcdt" else settings.fit_args()
-        args = {"fit": fit, "test": str(tmp / "test.npz"), "columns": ds.schema.names, "target": ds.schema.label,
+        args = {"fit": fit, "test": None, "columns": [], "target": None,
                 "out": str(tmp / "model") if keep_model else None, "method": method}
+        if ds is not None:
+            np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
+            args.update(test=str(tmp / "test.npz"), columns=ds.schema.names, target=ds.schema.label)
         with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower",
                                 simulation=settings.backend == "simulation") as dep:
             result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args,

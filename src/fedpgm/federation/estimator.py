@@ -1,0 +1,93 @@
+"""scikit-learn's conventions for models fitted across clients: the base of each family's
+federated estimator (``fedpgm.fedpc.FederatedPC``, ``fedpgm.ngm.FederatedNGM``).
+
+``fit(federation)`` takes a description of the federation, not a table: a
+``fedpgm.data.Partition`` (the clients' data, e.g. ``fedpgm.data.partition(ds, "vertical", 2)``)
+or the folder ``fedpgm partition`` / ``Partition.write`` wrote (its ``manifest.json``). The
+``backend`` parameter says where the clients run: ``inprocess`` (one worker process per
+client), ``flower`` (a SuperLink and one SuperNode per client on 127.0.0.1) or ``simulation``
+(Flower's Simulation Runtime). Constructor arguments are stored as given (``clone``,
+``get_params``, ``set_params``) and checked at ``fit`` as scikit-learn checks its own
+(``_parameter_constraints``); a query before ``fit`` raises ``NotFittedError``. Fitted
+attributes end in ``_``: ``model_`` (the family's model), ``info_`` (the fit's communication and
+timing), ``schema_``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from numbers import Real
+from pathlib import Path
+
+from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
+
+from fedpgm.data.partition import Partition, read_partition
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.apps import BACKENDS
+
+
+def as_partition(federation) -> Partition:
+    """The ``Partition`` a federation description names (a Partition, or a partition folder)."""
+    if isinstance(federation, Partition):
+        return federation
+    if isinstance(federation, (str, Path)):
+        return read_partition(federation)
+    raise FedpgmError(f"fit takes a fedpgm.data.Partition or a partition folder (manifest.json), got "
+                      f"{type(federation).__name__}; a table goes to the centralized estimators "
+                      "(fedpgm.circuits.LearnSPN) or through fedpgm.data.partition first")
+
+
+class FederatedEstimator(BaseEstimator, ABC):
+    """Shared ``fit(federation)``, parameter checks and fitted-state checks; a family implements
+    ``_fit(partition) -> (model, info)``, ``info`` holding the fit's communication and timing."""
+
+    _parameter_constraints: dict = {
+        "backend": [StrOptions(set(BACKENDS))],
+        "timeout": [Interval(Real, 0, None, closed="neither")],
+    }
+
+    def check_params(self) -> "FederatedEstimator":
+        """Every parameter within its allowed range, or a ``FedpgmError`` that names it."""
+        try:
+            self._validate_params()
+        except InvalidParameterError as e:
+            raise FedpgmError(str(e)) from None
+        return self
+
+    def set_params(self, **params) -> "FederatedEstimator":
+        known = self._get_param_names()
+        unknown = [k for k in params if k not in known]
+        if unknown:
+            raise FedpgmError(f"unknown parameter(s) {unknown}; parameters are {known}")
+        return super().set_params(**params)
+
+    def fit(self, federation, y=None) -> "FederatedEstimator":
+        """Learn from the clients of ``federation`` (a ``Partition`` or a partition folder); their
+        rows never leave them. ``y`` must be None: labels are columns the clients hold."""
+        if y is not None:
+            raise FedpgmError("a federated fit takes no y: the label is a column the clients hold (name it "
+                              "when partitioning, e.g. fedpgm partition --label)")
+        self.check_params()
+        part = as_partition(federation)
+        self.model_, self.info_ = self._fit(part)
+        self.schema_ = self.model_.schema
+        return self
+
+    @abstractmethod
+    def _fit(self, partition: Partition) -> tuple[object, dict]:
+        """(the family's model, the fit's info), learned across ``partition``'s clients on
+        ``self.backend``."""
+
+    def _check(self):
+        from fedpgm.circuits.estimator import NotFitted
+
+        if not hasattr(self, "model_"):
+            raise NotFitted(f"this {type(self).__name__} is not fitted yet; call fit(federation) first")
+        return self.model_
+
+    @property
+    def communication_(self) -> dict:
+        """Bytes up and down, messages and rounds of the fit."""
+        self._check()
+        return self.info_.get("communication", {})
