@@ -8,6 +8,7 @@ from fedpgm.data import ClientData, Partition
 from fedpgm.federation import InProcessFederation
 from fedpgm.ngm.experiment import HANDLERS, flower_procedure
 from fedpgm.ngm.graph import recover_graph, to_edges
+from fedpgm.ngm import FederatedNGM
 from fedpgm.ngm.model import NGM
 
 
@@ -26,19 +27,16 @@ def in_process_reference(tmp_path, rows: int, seed: int, settings: dict) -> tupl
 
 @pytest.mark.slow
 def test_fedngm_on_flower_gives_the_in_process_model(tmp_path):
-    from fedpgm.federation.deploy import LoopbackDeployment
-
+    """The procedure in-process against the estimator on a loopback Flower deployment (which runs
+    the same procedure in its ServerApp) from the partition folder."""
     settings = {"ngm": {"hidden": 16, "epochs": 30, "seed": 0}, "min_clients": 2, "seed": 0}
     clients, local = in_process_reference(tmp_path, 600, 20, settings)
-    with LoopbackDeployment(tmp_path / "partition", workdir=tmp_path / "flower") as dep:
-        remote = dep.run("fedpgm.ngm.experiment:flower_procedure", HANDLERS,
-                         {"settings": settings, "out": str(tmp_path / "remote")}, timeout=600)
-    assert remote["backend"] == "flower" and remote["released"] and local["released"]
-    assert remote["merged_edges"] == local["merged_edges"]
-    assert remote["info"]["n_rows"] == local["info"]["n_rows"]
-    a, b = NGM.load(tmp_path / "local"), NGM.load(tmp_path / "remote")
+    remote = FederatedNGM(hidden=16, epochs=30, min_clients=2, backend="flower").fit(tmp_path / "partition")
+    assert local["released"] and sorted(sorted(e) for e in remote.model_.graph.edges()) == local["merged_edges"]
+    assert remote.info_["n_rows"] == local["info"]["n_rows"] and remote.communication_["bytes_up"] > 0
+    a = NGM.load(tmp_path / "local")
     test = chain_frame(300, seed=5)
-    np.testing.assert_allclose(a.predict(test, "b"), b.predict(test, "b"), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(a.predict(test, "b"), remote.predict(test, "b"), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.slow

@@ -134,6 +134,23 @@ def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ClientData], list
     return clients, ids[:k0], ids[k0:]
 
 
+def rows_of(d: ConceptData, which: int) -> pd.DataFrame:
+    """Split ``which`` (1 validation, 2 test) of ``d`` as a table: input columns, every node's code."""
+    idx = d.part(which)
+    table = pd.DataFrame(d.x[idx], columns=[f"{X_PREFIX}{j}" for j in range(d.x.shape[1])], index=idx)
+    for j, n in enumerate(d.nodes):
+        table[n] = d.codes[idx, j].astype(float)
+    return table
+
+
+def federation_of(d: ConceptData, s: FCMSettings) -> tuple[Partition, list[str], pd.DataFrame, pd.DataFrame]:
+    """The clients ``run_fcm`` makes, as what ``FederatedCM.fit`` takes: (partition, late client
+    ids, validation rows, test rows)."""
+    clients, _, late = make_clients(d, s)
+    full = Schema(tuple({f.name: f for c in clients for f in c.schema.features}.values()), d.task)
+    return Partition("hybrid", full, clients, dataset=f"bn:{d.network}"), late, rows_of(d, 1), rows_of(d, 2)
+
+
 def test_metrics(model: ConceptModel, d: ConceptData) -> dict:
     te = d.part(2)
     out = evaluate(model, d.x[te], d.codes[te], d.nodes, d.task, d.cards, d.dag)
@@ -179,7 +196,8 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     sizes = [len(c.train) for c in clients]
     if r.regime in ("static", "fcm", "reinit"):
         if s.backend != "inprocess":
-            out = run_flower(clients, initial, late, d, val, r, s.timeout, simulation=s.backend == "simulation")
+            out = run_flower(clients, initial, late, d.cards, d.task, int(d.x.shape[1]), val, r, s.timeout,
+                             simulation=s.backend == "simulation", dataset=f"bn:{d.network}")
         else:
             audit = PrivacyAudit(clients)
             with InProcessFederation(clients, HANDLERS, mode="sequential", audit=audit, timeout=s.timeout) as fed:
@@ -257,9 +275,9 @@ def run_fcm_tuned(s: FCMSettings, lrs: list[float], data: ConceptData | None = N
     return best
 
 
-def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d: ConceptData,
-               val: tuple[np.ndarray, np.ndarray], r: RoundSettings, timeout: float = DEFAULT_TIMEOUT_S,
-               simulation: bool = False) -> dict:
+def run_flower(clients: list[ClientData], initial: list[str], late: list[str], cards: dict[str, int], task: str,
+               input_dim: int, val: tuple[np.ndarray, np.ndarray], r: RoundSettings,
+               timeout: float = DEFAULT_TIMEOUT_S, simulation: bool = False, dataset: str = "") -> dict:
     """The same rounds on a loopback Flower deployment (SuperLink + one SuperNode per client);
     each node holds only its CSV and its concept graph (manifest ``meta``). The ``late`` clients'
     SuperNodes start only when the server reaches the join round and waits for them. With
@@ -270,9 +288,9 @@ def run_flower(clients: list[ClientData], initial: list[str], late: list[str], d
     full = Schema(tuple({f.name: f for c in clients for f in c.schema.features}.values()))
     with private_tempdir("fedpgm-fcm-") as tmp:
         tmp = Path(tmp)
-        Partition("hybrid", full, clients, dataset=f"bn:{d.network}").write(tmp / "partition")
+        Partition("hybrid", full, clients, dataset=dataset).write(tmp / "partition")
         np.savez(tmp / "val.npz", x=val[0], y=val[1])
-        args = {"initial": initial, "late": late, "cards": d.cards, "task": d.task, "input_dim": int(d.x.shape[1]),
+        args = {"initial": initial, "late": late, "cards": cards, "task": task, "input_dim": input_dim,
                 "val": str(tmp / "val.npz"), "settings": asdict(r), "out": str(tmp / "model")}
         policies = {c.client_id: c.policy for c in clients if c.policy != ClientPolicy()}  # each node's own
         with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower", clients=None if simulation else initial,

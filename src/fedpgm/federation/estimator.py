@@ -62,20 +62,21 @@ class FederatedEstimator(BaseEstimator, ABC):
             raise FedpgmError(f"unknown parameter(s) {unknown}; parameters are {known}")
         return super().set_params(**params)
 
-    def fit(self, federation, y=None) -> "FederatedEstimator":
+    def fit(self, federation, y=None, **fit_params) -> "FederatedEstimator":
         """Learn from the clients of ``federation`` (a ``Partition`` or a partition folder); their
-        rows never leave them. ``y`` must be None: labels are columns the clients hold."""
+        rows never leave them. ``y`` must be None: labels are columns the clients hold.
+        ``fit_params`` go to the family's ``_fit`` (e.g. F-CMs' server-side validation rows)."""
         if y is not None:
             raise FedpgmError("a federated fit takes no y: the label is a column the clients hold (name it "
                               "when partitioning, e.g. fedpgm partition --label)")
         self.check_params()
         part = as_partition(federation)
-        self.model_, self.info_ = self._fit(part)
-        self.schema_ = self.model_.schema
+        self.model_, self.info_ = self._fit(part, **fit_params)
+        self.schema_ = getattr(self.model_, "schema", None) or part.schema
         return self
 
     @abstractmethod
-    def _fit(self, partition: Partition) -> tuple[object, dict]:
+    def _fit(self, partition: Partition, **fit_params) -> tuple[object, dict]:
         """(the family's model, the fit's info), learned across ``partition``'s clients on
         ``self.backend``."""
 
@@ -90,4 +91,7 @@ class FederatedEstimator(BaseEstimator, ABC):
     def communication_(self) -> dict:
         """Bytes up and down, messages and rounds of the fit."""
         self._check()
-        return self.info_.get("communication", {})
+        comm = self.info_.get("communication")
+        if isinstance(comm, dict):
+            return comm
+        return {k: v for k, v in self.info_.items() if k.startswith("bytes") or k in ("messages", "rounds")}

@@ -333,6 +333,7 @@ class NGM:
         self.layout, self.graph, self.net, self.settings = layout, graph, net, settings
         self.residuals = residuals or {}
         self.history = history or []
+        self.meta: dict = {}  # what its writer stored beside it (``save(meta=)``), e.g. estimator parameters
 
     @property
     def schema(self) -> Schema:
@@ -623,13 +624,14 @@ class NGM:
                     raise FedpgmError(f"{where}: weight {key} should have shape {shape}, has {got}")
         return NGM(layout, graph, NGMNet.from_arrays(arrays, widths), settings, residuals)
 
-    def save(self, folder: str | Path) -> Path:
-        """``model.json`` + ``weights.safetensors`` in ``folder`` (replaced atomically)."""
+    def save(self, folder: str | Path, meta: dict | None = None) -> Path:
+        """``model.json`` + ``weights.safetensors`` in ``folder`` (replaced atomically); ``meta``
+        (JSON) is kept beside the model and read back as ``load(folder).meta``."""
         doc, arrays = self.to_payload()
         folder = Path(folder)
         with atomic_folder(folder) as tmp:
             save_file(arrays, str(tmp / WEIGHTS_FILE))
-            doc = {**doc, "weights": file_record(tmp / WEIGHTS_FILE)}
+            doc = {**doc, "weights": file_record(tmp / WEIGHTS_FILE), "meta": meta if meta is not None else self.meta}
             (tmp / MODEL_FILE).write_text(json.dumps(doc))
         return folder
 
@@ -649,4 +651,6 @@ class NGM:
         except (SafetensorError, OSError) as e:
             raise FedpgmError(f"{folder}: cannot read the model ({e}); write it again") from None
         check_finite(arrays, str(folder))
-        return NGM.from_payload(doc, arrays, str(folder))
+        model = NGM.from_payload(doc, arrays, str(folder))
+        model.meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+        return model
