@@ -52,16 +52,18 @@ def test_fcm_on_the_simulation_runtime_matches_in_process():
 def test_a_secure_fcm_round_completes_with_a_client_dropped():
     """One of three clients drops out of the SecAgg+ round (its own policy demands DP, the server
     asks for none, so it refuses after sharing its keys): the others' shares unmask the sum, the
-    round goes on with its quorum, and the model is the in-process one over the survivors."""
-    from fedpgm.concepts.experiment import make_clients, run_flower
+    round goes on with its quorum, and the model is the in-process one over the survivors.
+    The Flower side runs through the estimator (FederatedCM, backend="flower")."""
+    from fedpgm.concepts import FederatedCM, federation_of
     from fedpgm.concepts.federation import HANDLERS, run_rounds
     from fedpgm.concepts.train import evaluate
     from fedpgm.data.policy import ClientPolicy
     from fedpgm.federation import InProcessFederation
 
     data = make_concept_data("asia", rows=800, seed=3)
-    clients, initial, late = make_clients(data, FCMSettings(network="asia", clients=3))
-    everyone = initial + late
+    part, _, valid, _ = federation_of(data, FCMSettings(network="asia", clients=3))
+    clients = part.clients
+    everyone = [c.client_id for c in clients]
     clients[1].policy = ClientPolicy(max_epsilon=1.0)
     va = data.part(1)
     val = (data.x[va], data.codes[va, data.nodes.index(data.task)])
@@ -69,14 +71,17 @@ def test_a_secure_fcm_round_completes_with_a_client_dropped():
                       min_clients=2, train=TrainSettings(epochs=1, batch_size=256))
     with InProcessFederation(clients, HANDLERS, mode="sequential") as fed:
         local = run_rounds(fed, everyone, [], data.cards, data.task, data.x.shape[1], val, r)
-    remote = run_flower(clients, everyone, [], data, val, replace(r, secure_aggregation=True))
+    remote = FederatedCM(kind="cbm", regime="fcm", rounds=1, per_round=3, join_round=5, hidden=8, emb=4,
+                         min_clients=2, epochs=1, batch_size=256, secure_aggregation=True,
+                         backend="flower").fit(part, validation=valid)
     assert local["history"][0]["clients"] == [everyone[0], everyone[2]]
-    assert list(remote["left_out"]) == [everyone[1]] and "dropped out of the secure sum" in remote["left_out"][everyone[1]]
-    assert "train" not in remote["ledger"]["bytes_by_message"]  # only masked vectors carried the update
-    assert remote["history"][0]["val_task_loss"] == pytest.approx(local["history"][0]["val_task_loss"], abs=1e-4)
+    left_out = remote.info_["left_out"]
+    assert list(left_out) == [everyone[1]] and "dropped out of the secure sum" in left_out[everyone[1]]
+    assert "train" not in remote.communication_["bytes_by_message"]  # only masked vectors carried the update
+    assert remote.info_["val_task_loss"][0] == pytest.approx(local["history"][0]["val_task_loss"], abs=1e-4)
     te = data.part(2)  # (weights are compared through what they predict: Adam turns float noise in a
     #                   zero gradient into a full step, so single weights may differ by the learning rate)
     ours, theirs = (evaluate(m, data.x[te], data.codes[te], data.nodes, data.task, data.cards, data.dag)
-                    for m in (local["model"], remote["model"]))
+                    for m in (local["model"], remote.model_))
     assert theirs["task_accuracy"] == pytest.approx(ours["task_accuracy"], abs=0.005)
     assert theirs["concept_accuracy"] == pytest.approx(ours["concept_accuracy"], abs=0.005)
