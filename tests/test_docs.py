@@ -21,3 +21,16 @@ def test_python_api_block_runs(title, code, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"docs/python-api.md: {title}", "exec"), {"__name__": "__docs__"})
     assert capsys.readouterr().out.strip()  # every block prints what it computed
+
+
+def test_extending_quotes_the_worked_example_as_it_is():
+    """Every quoted line of docs/extending.md (those without '...') is in the example's sources."""
+    root = Path(__file__).parents[1]
+    sources = "\n".join((root / p).read_text() for p in ("src/fedpgm/naive_bayes.py", "src/fedpgm/federation/apps.py",
+                                                          "src/fedpgm/cli.py"))
+    text = (root / "docs" / "extending.md").read_text()
+    quoted = [line for block in re.findall(r"```python\n(.*?)```", text, re.S) for line in block.splitlines()
+              if line.strip() and "..." not in line]
+    assert len(quoted) >= 15
+    missing = [line for line in quoted if line.split("  #")[0].rstrip() not in sources]
+    assert not missing, missing

@@ -18,6 +18,7 @@ HANDLERS = {
     "fedpc": "fedpgm.fedpc.client:HANDLERS",
     "ngm": "fedpgm.ngm.client:HANDLERS",
     "concepts": "fedpgm.concepts.federation:HANDLERS",
+    "naive_bayes": "fedpgm.naive_bayes:HANDLERS",  # the worked example of docs/extending.md
 }
 # procedure -> the server function ``procedure(federation, **args) -> dict``
 PROCEDURES = {
@@ -25,6 +26,7 @@ PROCEDURES = {
     "fedpc": "fedpgm.fedpc.experiment:flower_procedure",
     "ngm": "fedpgm.ngm.experiment:flower_procedure",
     "concepts": "fedpgm.concepts.experiment:flower_procedure",
+    "naive_bayes": "fedpgm.naive_bayes:flower_procedure",
     "roundtrip": "fedpgm.federation.diagnostics:roundtrip_benchmark",
     "secure-sum-probe": "fedpgm.federation.diagnostics:secure_sum_probe",
 }

@@ -1,0 +1,110 @@
+"""Federated Gaussian naive Bayes: the worked example of docs/extending.md, a whole family.
+
+Horizontal clients hold the same columns and a label. Each sends, per class, its row count and
+the sums and sums of squares of its continuous columns (never a row); the server adds them up
+and has the exact pooled class priors, means and variances, i.e. scikit-learn's
+``GaussianNB`` fitted on the pooled table. A class with fewer rows at a client than the
+client's own ``policy.min_rows`` is not sent (its sums would reveal those rows).
+
+The four parts every family has: a client ``HandlerSet`` (registered in
+``fedpgm.federation.apps`` so that SuperNodes may serve it), a server procedure that takes any
+federation, a report, and a command (``fedpgm federation naive-bayes``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.base import Federation
+from fedpgm.federation.codec import Message
+from fedpgm.federation.handlers import ClientContext, HandlerSet
+
+HANDLERS = HandlerSet("naive_bayes")
+VAR_SMOOTHING = 1e-9  # scikit-learn's GaussianNB default: times the largest column variance, added
+
+
+# -- client side: runs where the data is; answers with statistics only --------------------------
+@HANDLERS.query("class_sums")
+def class_sums(request: Message, ctx: ClientContext) -> Message:
+    """Per class: rows, column sums and sums of squares, for classes with ``min_rows`` or more rows."""
+    label, columns = request.config["label"], list(request.config["columns"])
+    ctx.data.schema.check_names([label, *columns])
+    table = ctx.data.train.dropna(subset=[label, *columns])
+    y, x = table[label].to_numpy(dtype=int), table[columns].to_numpy(dtype=float)
+    classes = [c for c in np.unique(y) if (y == c).sum() >= ctx.policy.min_rows]  # own policy decides
+    if not classes:
+        raise FedpgmError(f"no class has {ctx.policy.min_rows} rows here; nothing can be sent")
+    return Message("class_sums", {"classes": np.array(classes), "n": np.array([(y == c).sum() for c in classes]),
+                                  "sum": np.stack([x[y == c].sum(axis=0) for c in classes]),
+                                  "sumsq": np.stack([(x[y == c] ** 2).sum(axis=0) for c in classes])})
+
+
+# -- server side: any federation (in-process workers, Flower) -----------------------------------
+def fit_naive_bayes(fed: Federation, label: str, columns: list[str], n_classes: int) -> dict:
+    """Pooled class priors, means and variances from every client's class sums."""
+    replies = fed.broadcast("class_sums", config={"label": label, "columns": columns}).require_all()
+    n, total, squares = np.zeros(n_classes), np.zeros((n_classes, len(columns))), np.zeros((n_classes, len(columns)))
+    for m in replies.values():
+        k = m["classes"].astype(int)
+        n[k] += m["n"]
+        total[k] += m["sum"]
+        squares[k] += m["sumsq"]
+    if (n == 0).any():
+        raise FedpgmError(f"classes {np.flatnonzero(n == 0).tolist()} reached the server from no client")
+    mean = total / n[:, None]
+    var = squares / n[:, None] - mean**2  # (classes, columns), the pooled maximum-likelihood variance
+    overall = squares.sum(axis=0) / n.sum() - (total.sum(axis=0) / n.sum()) ** 2  # (columns,) all classes
+    var += VAR_SMOOTHING * overall.max()
+    return {"label": label, "columns": columns, "prior": (n / n.sum()).tolist(), "mean": mean.tolist(),
+            "var": var.tolist(), "n": n.astype(int).tolist(), "communication": fed.ledger.totals()}
+
+
+def flower_procedure(fed: Federation, label: str, columns: list[str], n_classes: int) -> dict:
+    """The same procedure inside a Flower ServerApp (registered in ``fedpgm.federation.apps``)."""
+    return fit_naive_bayes(fed, label, columns, n_classes)
+
+
+def predict_proba(model: dict, X) -> np.ndarray:
+    """(rows, classes) p(class | the model's columns of X)."""
+    x = np.asarray(X[model["columns"]], dtype=float)[:, None, :]  # (rows, 1, columns)
+    mean, var = np.asarray(model["mean"]), np.asarray(model["var"])
+    log_joint = np.log(model["prior"]) - 0.5 * (np.log(2 * np.pi * var) + (x - mean) ** 2 / var).sum(axis=2)
+    log_joint -= log_joint.max(axis=1, keepdims=True)
+    p = np.exp(log_joint)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+# -- the run a command reports: partition folder -> fit on a backend -> metrics ----------------
+def run(partition_dir, backend: str = "inprocess") -> dict:
+    """Fit across the clients of ``partition_dir`` on ``backend``; the accuracy on the clients'
+    test files. Returns the flat result a report is made of (``fedpgm.report``)."""
+    import pandas as pd
+
+    from fedpgm.data import read_partition
+    from fedpgm.federation import InProcessFederation
+    from fedpgm.federation.apps import check_backend
+
+    part = read_partition(partition_dir)
+    label = part.schema.label
+    if part.split != "horizontal" or label is None:
+        raise FedpgmError("naive Bayes needs a horizontal partition with a label (fedpgm partition --split "
+                          "horizontal on a labelled dataset)")
+    columns = [f.name for f in part.schema.features if f.kind == "continuous"]
+    args = {"label": label, "columns": columns, "n_classes": part.schema[label].cardinality}
+    if check_backend(backend) == "inprocess":
+        with InProcessFederation(part, "fedpgm.naive_bayes:HANDLERS") as fed:  # (worker processes import it)
+            model = fit_naive_bayes(fed, **args)
+    else:
+        from fedpgm.federation.deploy import LoopbackDeployment
+
+        with LoopbackDeployment(partition_dir, simulation=backend == "simulation") as dep:
+            model = dep.run("naive_bayes", "naive_bayes", args)
+    result = {"dataset": part.dataset, "n_train": int(sum(model["n"])), "communication": model.pop("communication"),
+              "model": model}
+    tests = [c.test for c in part.clients if c.test is not None]
+    if tests:  # (the operator of a loopback deployment holds every client's files)
+        test = pd.concat(tests)
+        result["accuracy"] = float((predict_proba(model, test).argmax(axis=1) == test[label].to_numpy()).mean())
+        result["n_test"] = len(test)
+    return result
