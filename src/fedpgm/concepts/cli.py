@@ -93,19 +93,30 @@ def fit(
         write_plots(report, plot)
 
 
-def line_plot(path: Path, x, y, xlabel: str, ylabel: str, title: str, marks=(), marker=None) -> None:
+REGIMES = {"fcm": "F-CM", "static": "static", "reinit": "re-initialised", "centralized": "centralized",
+           "local": "local"}  # the regimes' names in plot titles
+
+
+def line_plot(path: Path, x, y, xlabel: str, ylabel: str, title: str, marks=(), mark_label: str = "",
+              marker=None) -> None:
+    """One curve; ``marks`` are x positions drawn as dashed lines named ``mark_label`` in the legend;
+    the x axis is ticked at whole numbers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.plot(x, y, marker=marker)
-    for m in marks:
-        ax.axvline(m, color="grey", ls="--", lw=0.8)
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    ax.plot(x, y, marker=marker, label=None)
+    for i, m in enumerate(marks):
+        ax.axvline(m, color="grey", ls="--", lw=0.8, label=mark_label if i == 0 else None)
+    if marks and mark_label:
+        ax.legend(fontsize=8, frameon=False)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -115,15 +126,18 @@ def write_plots(report: dict, folder: Path) -> None:
     """Convergence (validation task loss per round, joins marked) and accuracy vs intervention depth."""
     folder.mkdir(parents=True, exist_ok=True)
     name = f"{report['network']}_{report['model']}_{report['regime']}"
+    regime = REGIMES.get(report["regime"], report["regime"])
+    what = f"{report['model'].upper()}, {regime} regime, on {report['network']}"
     losses = report.get("val_task_loss")
     if losses:
         line_plot(folder / f"{name}_convergence.png", range(1, len(losses) + 1), losses, "round",
-                  "validation task loss", name, marks=[j["round"] for j in report.get("joins", [])])
+                  "validation task loss (cross-entropy, nats)", f"Training of {what}",
+                  marks=[j["round"] for j in report.get("joins", [])], mark_label="late clients join")
     levels = report.get("intervention_accuracy")
     if levels:
         line_plot(folder / f"{name}_interventions.png", [lv["depth"] for lv in levels],
-                  [lv["task_accuracy"] for lv in levels], "concepts intervened: depth <= d in the true DAG",
-                  "task accuracy", name, marker="o")
+                  [lv["task_accuracy"] for lv in levels], "true concepts given: depth <= d in the true DAG",
+                  "test task accuracy", f"Interventions on {what}", marker="o")
 
 
 @concepts_app.command("intervene")

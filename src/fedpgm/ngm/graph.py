@@ -203,22 +203,40 @@ def adjacency(G: nx.Graph, names: list[str]) -> np.ndarray:
     return nx.to_numpy_array(G, nodelist=names, weight=None).astype(np.float32)
 
 
-def plot_graphs(graphs: dict[str, nx.Graph], path: str | Path) -> Path:
-    """One panel per graph, nodes placed the same way in every panel (PNG)."""
+def plot_graphs(graphs: dict[str, nx.Graph], path: str | Path, merged: str = "merged") -> Path:
+    """One panel per graph, nodes placed the same way in every panel, labels outside the circle
+    (PNG). In every panel, edges every client graph has (all panels but ``merged``) are drawn
+    solid and edges only some clients have dashed and orange: where the clients disagree."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
+    clients = {k: g for k, g in graphs.items() if k != merged}
     union = nx.compose_all(list(graphs.values()))
     pos = nx.circular_layout(sorted(union.nodes()))
-    fig, axes = plt.subplots(1, len(graphs), figsize=(4.2 * len(graphs), 4.4), squeeze=False)
+    votes = {frozenset(e): sum(g.has_edge(*e) for g in clients.values()) for e in union.edges()}
+    fig, axes = plt.subplots(1, len(graphs), figsize=(5.2 * len(graphs), 5.6), squeeze=False)
     for ax, (title, G) in zip(axes[0], graphs.items()):
-        nx.draw_networkx(G, pos={n: pos[n] for n in G.nodes()}, ax=ax, node_size=260, font_size=6,
-                         node_color="#cde", edge_color="#456", width=0.8)
-        ax.set_title(f"{title} ({G.number_of_edges()} edges)", fontsize=9)
+        shared = [e for e in G.edges() if votes.get(frozenset(e), 0) == len(clients)]
+        some = [e for e in G.edges() if e not in shared]
+        nodes = {n: pos[n] for n in G.nodes()}
+        nx.draw_networkx_nodes(G, nodes, ax=ax, node_size=60, node_color="#4a6fa5")
+        nx.draw_networkx_edges(G, nodes, edgelist=shared, ax=ax, edge_color="#334", width=1.0)
+        nx.draw_networkx_edges(G, nodes, edgelist=some, ax=ax, edge_color="#e07b00", width=1.2, style="dashed")
+        for n, (x, y) in nodes.items():  # labels outside the circle, aligned away from it
+            ax.text(1.12 * x, 1.12 * y, n, fontsize=8, ha="left" if x > 0.05 else "right" if x < -0.05 else "center",
+                    va="bottom" if y > 0.05 else "top" if y < -0.05 else "center")
+        ax.set_title(f"{title}: {G.number_of_edges()} edges, {len(some)} not in every client graph", fontsize=10)
+        ax.set_xlim(-1.7, 1.7)
+        ax.set_ylim(-1.5, 1.5)
         ax.axis("off")
-    fig.tight_layout()
+    fig.legend(handles=[Line2D([], [], color="#334", label=f"in every client's graph ({len(clients)})"),
+                        Line2D([], [], color="#e07b00", ls="--", label="in some clients' graphs only")],
+               loc="lower center", ncol=2, fontsize=9, frameon=False)
+    fig.suptitle("Dependency graphs over the shared features: each client's and the merged graph", fontsize=11)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
