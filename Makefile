@@ -1,6 +1,6 @@
 # Two commands on a fresh machine with python3, pip and make:
 #   make demo   set everything up (.venv) and run the main job
-#   make test   set everything up (.venv), lint src/ (ruff), build the API reference (fails on a
+#   make test   set everything up (.venv), lint (ruff) and type-check (mypy) src/, build the API reference (fails on a
 #               broken docstring) and run the tests
 #   make docs   the API reference alone: build/api/index.html
 PYTHON ?= python3
@@ -28,6 +28,7 @@ docs: $(STAMP)
 
 test: $(STAMP) docs
 	$(BIN)/ruff check src
+	$(BIN)/mypy src
 	$(BIN)/python -m pytest
 
 clean:

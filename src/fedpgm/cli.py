@@ -258,11 +258,11 @@ def pc_fit(
         if select is not None:
             from fedpgm.circuits.selection import select_learnspn
 
-            train, valid = ds.train, ds.valid
-            if valid is None:  # a validation split from the training rows
-                held = np.random.default_rng(seed).permutation(len(train))[: max(1, len(train) // 10)]
-                valid, train = train.iloc[np.sort(held)], train.drop(train.index[held])
-            model, selection = select_learnspn(train, valid, ds.schema, budget_s, seed, leaf=leaf)
+            fit_rows, valid_rows = ds.train, ds.valid
+            if valid_rows is None:  # a validation split from the training rows
+                held = np.random.default_rng(seed).permutation(len(fit_rows))[: max(1, len(fit_rows) // 10)]
+                valid_rows, fit_rows = fit_rows.iloc[np.sort(held)], fit_rows.drop(fit_rows.index[held])
+            model, selection = select_learnspn(fit_rows, valid_rows, ds.schema, budget_s, seed, leaf=leaf)
             params = {**params, **selection["chosen"]}
         elif dense:
             model.fit(ds.train, ds.schema, progress=lambda epoch, ll: update(

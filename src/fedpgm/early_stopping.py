@@ -16,7 +16,8 @@ class EarlyStopping:
 
     def __init__(self, module: nn.Module, patience: int, tolerance: float = 1e-4, keep_module: bool = False) -> None:
         self.module, self.patience, self.tolerance, self.keep_module = module, patience, tolerance, keep_module
-        self.best, self.state, self.since = float("inf"), None, 0
+        self.best, self.since = float("inf"), 0
+        self.state: nn.Module | dict | None = None  # the best module (keep_module) or its state dict
 
     def update(self, loss: float) -> bool:
         if loss < self.best - self.tolerance:
@@ -30,7 +31,7 @@ class EarlyStopping:
     def restore(self) -> nn.Module:
         if self.state is None:
             return self.module
-        if self.keep_module:
+        if isinstance(self.state, nn.Module):  # (keep_module)
             return self.state
         self.module.load_state_dict(self.state)
         return self.module

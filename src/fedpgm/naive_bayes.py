@@ -13,6 +13,8 @@ federation, a report, and a command (``fedpgm federation naive-bayes``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fedpgm.errors import FedpgmError
@@ -91,7 +93,7 @@ def run(partition_dir, backend: str = "inprocess") -> dict:
         raise FedpgmError("naive Bayes needs a horizontal partition with a label (fedpgm partition --split "
                           "horizontal on a labelled dataset)")
     columns = [f.name for f in part.schema.features if f.kind == "continuous"]
-    args = {"label": label, "columns": columns, "n_classes": part.schema[label].cardinality}
+    args: dict[str, Any] = {"label": label, "columns": columns, "n_classes": part.schema[label].cardinality}
     if check_backend(backend) == "inprocess":
         with InProcessFederation(part, "fedpgm.naive_bayes:HANDLERS") as fed:  # (worker processes import it)
             model = fit_naive_bayes(fed, **args)

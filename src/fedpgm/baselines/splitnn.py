@@ -91,10 +91,10 @@ def backward(request: Message, ctx: ClientContext) -> Message:
         for name, p in model.named_parameters():
             if p.grad is None:  # a parameter this batch did not reach
                 continue
-            buf = ctx.state.get(f"momentum/{name}")
-            buf = p.grad.numpy() if buf is None else cfg["momentum"] * buf + p.grad.numpy()
+            before = ctx.state.get(f"momentum/{name}")
+            buf = p.grad.numpy() if before is None else cfg["momentum"] * before + p.grad.numpy()
             ctx.state[f"momentum/{name}"] = buf
-            p -= cfg["lr"] * torch.from_numpy(buf)
+            p.sub_(cfg["lr"] * torch.from_numpy(buf))
     ctx.state.update({f"bottom/{k}": v.numpy().copy() for k, v in model.state_dict().items()})
     return Message("backward", config={"seconds": time.process_time() - start})
 
@@ -115,11 +115,11 @@ def splitnn(fed: Federation, epochs: int = 20, lr: float = 0.05, momentum: float
     stats = merge_moments([m.config["moments"] for m in described.values()])
     lab = fed.send(holders[0], "labels").require_all()[holders[0]]
     y = torch.from_numpy(lab.arrays["train"])
-    classes = label_schema[label_schema.label].cardinality
+    classes = label_schema.label_feature.cardinality
     clients = list(described)
     cfg = {"stats": stats, "hidden": hidden, "embedding": embedding, "seed": seed, "lr": lr, "momentum": momentum,
            "arch": arch}
-    per = {c: ({}, {**cfg, "seed": seed + i}) for i, c in enumerate(clients)}
+    per: dict[str, tuple[dict, dict]] = {c: ({}, {**cfg, "seed": seed + i}) for i, c in enumerate(clients)}
     torch.manual_seed(seed)
     top = mlp(embedding * len(clients), classes, hidden, 1)
     opt = torch.optim.SGD(top.parameters(), lr=lr, momentum=momentum)
@@ -135,12 +135,13 @@ def splitnn(fed: Federation, epochs: int = 20, lr: float = 0.05, momentum: float
             opt.zero_grad()
             nn.functional.cross_entropy(top(torch.cat(emb, dim=1)), y[idx]).backward()
             opt.step()
-            fed.broadcast("backward", per_client={c: ({"rows": rows, "grad": e.grad.numpy()}, per[c][1])
-                                                  for c, e in zip(clients, emb)}).require_all()
+            grads = {c: e.grad for c, e in zip(clients, emb)}
+            fed.broadcast("backward", per_client={c: ({"rows": rows, "grad": g.numpy()}, per[c][1])
+                                                  for c, g in grads.items() if g is not None}).require_all()
     # training traffic only (the test pass below is not counted)
     out = {"communication": fed.ledger.totals(), "top_params": sum(p.numel() for p in top.parameters())}
     if "test" in lab.arrays:
-        test_requests = {c: ({}, {**per[c][1], "split": "test"}) for c in clients}
+        test_requests: dict[str, tuple[dict, dict]] = {c: ({}, {**per[c][1], "split": "test"}) for c in clients}
         fwd = fed.broadcast("forward", per_client=test_requests).require_all()
         with torch.no_grad():
             logits = top(torch.cat([torch.from_numpy(fwd[c].arrays["embedding"]) for c in clients], dim=1))

@@ -55,6 +55,13 @@ class Layer:
     log_w: torch.Tensor | None = None  # (E,) sums only
     pos: torch.Tensor | None = None  # positions to write when the nodes are not contiguous
 
+    @property
+    def log_weights(self) -> torch.Tensor:
+        """(E,) log-weights of a sum layer's edges (product layers have none)."""
+        if self.log_w is None:
+            raise ValueError(f"a {self.kind} layer has no edge weights")
+        return self.log_w
+
     def __post_init__(self) -> None:
         """Sums also get a padded view, (n, K) children and (n, K, 1) log-weights (-inf pads), so
         one gather and a log-sum-exp over K evaluate the whole layer."""
@@ -62,7 +69,7 @@ class Layer:
             return
         n = self.end - self.start
         order = torch.argsort(self.parent, stable=True)
-        parent, child, log_w = self.parent[order], self.child[order], self.log_w[order]
+        parent, child, log_w = self.parent[order], self.child[order], self.log_weights[order]
         arity = torch.bincount(parent, minlength=n)
         first = torch.cumsum(arity, 0) - arity
         slot = torch.arange(len(parent), device=parent.device) - first[parent]
@@ -137,39 +144,40 @@ class CompiledCircuit:
         self.circuit, self.device, self.dtype = circuit, torch.device(device), dtype
         nodes = circuit.nodes
         self.n_vars = len(circuit.schema)
-        pos = {}
+        pos: dict[int, int] = {}  # symbolic id -> compiled position
         self.groups: list[LeafGroup] = []
-        leaves = [i for i, n in enumerate(nodes) if isinstance(n, Leaf)]
-        for dist in sorted({nodes[i].dist for i in leaves}):
-            ids = [i for i in leaves if nodes[i].dist == dist]
+        leaves = {i: n for i, n in enumerate(nodes) if isinstance(n, Leaf)}
+        inner = {i: n for i, n in enumerate(nodes) if not isinstance(n, Leaf)}
+        for dist in sorted({n.dist for n in leaves.values()}):
+            ids = [i for i, n in leaves.items() if n.dist == dist]
             start = len(pos)
             pos.update({i: start + k for k, i in enumerate(ids)})
-            kind = leaf_type(dist)
+            leaf_kind = leaf_type(dist)
             params = {k: v.to(self.device, dtype if v.is_floating_point() else v.dtype)
-                      for k, v in kind.stack([nodes[i].params for i in ids]).items()}
-            mode = kind.mode(params)
-            log_mode = kind.log_prob(mode.unsqueeze(0), params).squeeze(0)
+                      for k, v in leaf_kind.stack([leaves[i].params for i in ids]).items()}
+            mode = leaf_kind.mode(params)
+            log_mode = leaf_kind.log_prob(mode.unsqueeze(0), params).squeeze(0)
             self.groups.append(LeafGroup(dist, start, len(pos), ids, self.tensor(
-                [nodes[i].var for i in ids], torch.long), params, log_mode))
+                [leaves[i].var for i in ids], torch.long), params, log_mode))
         self.n_leaves = len(pos)
-        height = {}
+        height: dict[int, int] = {}
         for i, n in enumerate(nodes):
-            height[i] = 0 if isinstance(n, Leaf) else 1 + max(height[c] for c in n.children)
+            height[i] = 1 + max(height[c] for c in n.children) if not isinstance(n, Leaf) else 0
         self.layers: list[Layer] = []
         for h in range(1, max(height.values()) + 1):
             for kind in ("product", "sum"):
-                ids = [i for i, n in enumerate(nodes) if height[i] == h
-                       and (isinstance(n, Sum) == (kind == "sum")) and not isinstance(n, Leaf)]
+                ids = [i for i, n in inner.items() if height[i] == h and isinstance(n, Sum) == (kind == "sum")]
                 if not ids:
                     continue
                 start = len(pos)
                 pos.update({i: start + k for k, i in enumerate(ids)})
-                child = [pos[c] for i in ids for c in nodes[i].children]
-                parent = [k for k, i in enumerate(ids) for _ in nodes[i].children]
+                child = [pos[c] for i in ids for c in inner[i].children]
+                parent = [k for k, i in enumerate(ids) for _ in inner[i].children]
                 log_w = None
                 if kind == "sum":
+                    weights = [n.weights for i in ids if isinstance(n := inner[i], Sum)]
                     with np.errstate(divide="ignore"):
-                        log_w = self.tensor(np.log(np.concatenate([nodes[i].weights for i in ids])))
+                        log_w = self.tensor(np.log(np.concatenate(weights)))
                 self.layers.append(Layer(kind, start, len(pos), ids, self.tensor(child, torch.long),
                                          self.tensor(parent, torch.long), log_w))
         self.position = pos
@@ -250,7 +258,7 @@ class CompiledCircuit:
             if layer.kind == "sum":
                 parent_v = values[layer.start:layer.end]
                 parent_v = torch.where(torch.isfinite(parent_v), parent_v, math.inf)  # impossible rows: 0
-                fp = fp * torch.exp(values[layer.child] + layer.log_w[:, None] - parent_v[layer.parent])
+                fp = fp * torch.exp(values[layer.child] + layer.log_weights[:, None] - parent_v[layer.parent])
                 edge_flows[k] = fp
             flow.index_add_(0, layer.child, fp)
         return flow, edge_flows
@@ -267,7 +275,7 @@ class CompiledCircuit:
             if layer.kind == "product":
                 active.index_add_(0, layer.child, on[layer.parent])
                 continue
-            scores = values[layer.child] + layer.log_w[:, None]
+            scores = values[layer.child] + layer.log_weights[:, None]
             if how == "sample":  # Gumbel-max: a draw proportional to weight x child value
                 u = torch.rand(scores.shape, generator=gen, dtype=self.dtype, device=self.device)
                 scores = scores - torch.log(-torch.log(u.clamp_min(1e-300)))

@@ -112,6 +112,9 @@ class LayeredPass(torch.autograd.Function):
 class DenseCircuit(nn.Module):
     """A smooth, decomposable circuit over ``graph.n_vars`` variables; see the module doc."""
 
+    pair_region: torch.Tensor  # (E,) a buffer: the region each input pair belongs to
+    inputs: "InputLayer"
+
     def __init__(self, graph: RegionGraph, units: int, input_kind: str = "gaussian", levels: int | None = None,
                  input_options: dict | None = None, seed: int = 0) -> None:
         super().__init__()
@@ -137,7 +140,7 @@ class DenseCircuit(nn.Module):
         self.register_buffer("pair_region", torch.tensor([p for p, _ in pairs], dtype=torch.long))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.inputs: InputLayer = INPUT_LAYERS[input_kind](
+            self.inputs = INPUT_LAYERS[input_kind](
                 torch.tensor([v for _, v in pairs]), self.units, levels=levels, **self.input_options)
         self.layers: list[Layer] = []
         by_region: dict[int, list[int]] = {}

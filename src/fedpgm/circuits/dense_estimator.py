@@ -33,7 +33,7 @@ from sklearn.utils._param_validation import Interval, InvalidParameterError, Str
 
 from fedpgm.circuits import dense_train
 from fedpgm.circuits.dense import DenseCircuit
-from fedpgm.circuits.dense_inputs import INPUTS
+from fedpgm.circuits.dense_inputs import INPUTS, GaussianInput
 from fedpgm.circuits.estimator import NotFitted, as_matrix
 from fedpgm.circuits.io import load_circuit, save_circuit
 from fedpgm.circuits.region_graph import STRUCTURES, build
@@ -151,15 +151,16 @@ class DensePC(BaseEstimator):
         """Gaussian means at each column's mean plus noise of half its standard deviation: the
         data enter only through per-column moments, so no unit starts as (and, after few EM
         steps, stays close to) a copy of a training row, which would travel in FedPC messages."""
-        if model.inputs.kind != "gaussian" or len(data) == 0:
+        inputs = model.inputs
+        if not isinstance(inputs, GaussianInput) or len(data) == 0:
             return
         rng = np.random.default_rng(self.seed)
-        var = model.inputs.var.cpu().numpy()
+        var = inputs.var.cpu().numpy()
         scale = (model.levels - 1) if model.levels else 1.0
         centre = np.nan_to_num(np.nanmean(data, axis=0))[var] / scale
         spread = np.nan_to_num(np.nanstd(data, axis=0))[var] / scale
         mean = centre[:, None] + 0.5 * spread[:, None] * rng.standard_normal((len(var), model.units))
-        model.inputs.mean.data.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        inputs.mean.data.copy_(torch.as_tensor(mean, dtype=torch.float32))
 
     # -- queries ------------------------------------------------------------------------------
     def _check(self) -> DenseCircuit:
@@ -231,6 +232,8 @@ class DensePC(BaseEstimator):
     def from_circuit(cls, circuit: DenseCircuit, meta: dict) -> "DensePC":
         known = cls._get_param_names()
         model = cls(**{k: v for k, v in meta.get("params", {}).items() if k in known})
+        if circuit.schema is None:
+            raise FedpgmError("this dense circuit names no variables; save it from a fitted DensePC")
         model.circuit_, model.schema_ = circuit.to(resolve_device(model.device)), circuit.schema
         return model
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from typing import Callable
 
 import torch
 from torch import nn
@@ -45,6 +46,7 @@ class InputLayer(nn.Module, ABC):
     implements the four methods below."""
 
     kind = ""
+    var: torch.Tensor  # (E,) a buffer: moves with the module
 
     def __init__(self, var: torch.Tensor, units: int) -> None:
         super().__init__()
@@ -77,6 +79,10 @@ class InputLayer(nn.Module, ABC):
     @abstractmethod
     def m_step(self, stats: dict[str, torch.Tensor], step: float) -> None:
         """Move parameters ``step`` of the way to the maximiser of the expected statistics."""
+
+    @abstractmethod
+    def extra(self) -> dict:
+        """The constructor options beyond ``var`` and ``units`` (what ``spec`` stores)."""
 
     @abstractmethod
     def draw(self, units: torch.Tensor, how: str, generator: torch.Generator | None) -> torch.Tensor:
@@ -218,4 +224,5 @@ class BernoulliInput(InputLayer):
         return {}
 
 
-INPUT_LAYERS = {c.kind: c for c in (GaussianInput, CategoricalInput, BernoulliInput)}
+INPUT_LAYERS: dict[str, Callable[..., InputLayer]] = {
+    c.kind: c for c in (GaussianInput, CategoricalInput, BernoulliInput)}

@@ -40,6 +40,7 @@ def expected_counts(model: DenseCircuit, x: torch.Tensor) -> tuple[float, dict, 
 
 
 def add(total: dict | None, part: dict) -> dict:
+    """Running sums of per-batch statistics (None: nothing yet)."""
     return part if total is None else {k: total[k] + part[k] for k in total}
 
 
@@ -102,6 +103,7 @@ def train(model: DenseCircuit, X: np.ndarray, method: str = "online", epochs: in
             for rows in batches(len(data), max(batch_size, 1024), rng):
                 ll, c, s = expected_counts(model, data[rows])
                 total, counts, stats = total + ll, add(counts, c), add(stats, s)
+            assert counts is not None and stats is not None  # (every epoch has a batch)
             m_step(model, counts, stats, 1.0)
         elif method == "online":
             counts = stats = None
@@ -111,9 +113,10 @@ def train(model: DenseCircuit, X: np.ndarray, method: str = "online", epochs: in
                 if (i + 1) % frequency == 0:
                     m_step(model, counts, stats, step)
                     counts = stats = None
-            if counts is not None:
+            if counts is not None and stats is not None:
                 m_step(model, counts, stats, step)
         else:
+            assert optimizer is not None  # (method adam)
             for rows in batches(len(data), batch_size, rng):
                 loss = -model(data[rows]).mean()
                 optimizer.zero_grad()

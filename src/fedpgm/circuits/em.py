@@ -17,7 +17,7 @@ import numpy as np
 from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.leaves import leaf_type, std_floors
 from fedpgm.circuits.queries import log_likelihood
-from fedpgm.circuits.structure import Circuit
+from fedpgm.circuits.structure import Circuit, Leaf, Sum
 from fedpgm.errors import FedpgmError
 
 SMOOTH = 1e-6
@@ -41,7 +41,9 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) ->
             w = flow[g.start:g.end].cpu().numpy()
             for j, node_id in enumerate(g.nodes):
                 seen = ~np.isnan(xv[:, j])
-                part[("leaf", node_id)] = kind.stats(xv[seen, j], w[j, seen], circuit.nodes[node_id].params)
+                leaf = circuit.nodes[node_id]
+                assert isinstance(leaf, Leaf)  # (a leaf group holds leaves)
+                part[("leaf", node_id)] = kind.stats(xv[seen, j], w[j, seen], leaf.params)
         stats = part if not stats else {k: stats[k] + part[k] for k in stats}
     return stats, total
 
@@ -58,6 +60,7 @@ def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict, floors: np.ndarra
         offset = 0
         for node_id in layer.nodes:
             node = circuit.nodes[node_id]
+            assert isinstance(node, Sum)  # (a sum layer holds sums)
             node.weights = new[offset: offset + len(node.children)].copy()
             offset += len(node.children)
     for key, value in stats.items():
@@ -118,11 +121,12 @@ def em_best_of(initialise, X: np.ndarray, restarts: int, iterations: int, batch_
     history) of the best, as k-means keeps the best of its ``n_init``."""
     if restarts < 1:
         raise FedpgmError(f"restarts must be >= 1, got {restarts}")
-    best = None
+    best: tuple[float, Circuit, list[float]] | None = None
     for r in range(restarts):
         circuit = initialise(r)
         history = em(circuit, X, iterations, batch_size, seed=seed + r, floors=floors)
         fit = float(log_likelihood(CompiledCircuit(circuit), X).mean())
         if best is None or fit > best[0]:
             best = (fit, circuit, history)
+    assert best is not None  # (restarts >= 1)
     return best

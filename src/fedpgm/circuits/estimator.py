@@ -104,7 +104,7 @@ class CircuitEstimator(BaseEstimator, ABC):
         if y is not None:
             X, schema, reference = self._with_labels(X, y, schema), self._labelled(schema), None
         else:
-            self.classes_ = None
+            self.classes_: np.ndarray | None = None
         self.schema_ = schema
         X = as_matrix(X, schema)
         floors = std_floors(X if reference is None else as_matrix(reference, schema), self.min_std_fraction)
@@ -136,6 +136,7 @@ class CircuitEstimator(BaseEstimator, ABC):
         return frame
 
     def _labelled(self, schema: Schema) -> Schema:
+        assert self.classes_ is not None  # (set by _with_labels)
         cats = tuple(str(c) for c in self.classes_)
         return Schema(schema.features + (Feature(TARGET, "categorical", cats),), TARGET)
 
@@ -149,14 +150,15 @@ class CircuitEstimator(BaseEstimator, ABC):
         (unobserved) or ``y`` supplies it."""
         if not isinstance(X, pd.DataFrame):  # (a DataFrame may hold any subset of the columns)
             X = validate_data(self, X, reset=False, dtype=float, ensure_all_finite="allow-nan")
-        if getattr(self, "classes_", None) is not None and not (isinstance(X, pd.DataFrame) and TARGET in X):
+        classes = getattr(self, "classes_", None)
+        if classes is not None and not (isinstance(X, pd.DataFrame) and TARGET in X):
             frame = pd.DataFrame(np.asarray(X, dtype=float) if not isinstance(X, pd.DataFrame) else X)
             if not isinstance(X, pd.DataFrame):
                 frame.columns = self.schema_.names[:frame.shape[1]]
             codes = np.full(len(frame), np.nan)
             if y is not None:
-                codes = np.searchsorted(self.classes_, np.asarray(y)).astype(float)
-                codes[~np.isin(np.asarray(y), self.classes_)] = np.nan
+                codes = np.searchsorted(classes, np.asarray(y)).astype(float)
+                codes[~np.isin(np.asarray(y), classes)] = np.nan
             X = frame.assign(**{TARGET: codes})
         return as_matrix(X, self.schema_)
 
@@ -190,9 +192,12 @@ class CircuitEstimator(BaseEstimator, ABC):
         """(rows,) the most probable value of ``target``: the labels of ``fit(X, y)``, else the
         target's category names."""
         best = self.predict_proba(X, target).argmax(axis=1)
-        if getattr(self, "classes_", None) is not None and target in (None, TARGET):
-            return self.classes_[best]
-        return np.asarray(self.schema_[target or self.schema_.label].categories, dtype=object)[best]
+        classes = getattr(self, "classes_", None)
+        if classes is not None and target in (None, TARGET):
+            return classes[best]
+        name = target or self.schema_.label
+        assert name is not None  # (predict_proba refuses a query without a target)
+        return np.asarray(self.schema_[name].states, dtype=object)[best]
 
     def conditional(self, X, query: list[str]) -> np.ndarray:
         return queries.conditional(self._check(), self._matrix(X), query)

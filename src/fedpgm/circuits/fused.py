@@ -37,7 +37,7 @@ class LinearFrontier:
     def __init__(self, cc) -> None:
         circuit = cc.circuit
         nodes, schema = circuit.nodes, circuit.schema
-        linear = []
+        linear: list[bool] = []
         for n in nodes:
             linear.append(n.dist in LINEAR if isinstance(n, Leaf)
                           else isinstance(n, Product) and all(linear[c] for c in n.children))
@@ -53,11 +53,12 @@ class LinearFrontier:
         vars_ = sorted({n.var for i, n in enumerate(nodes) if linear[i] and isinstance(n, Leaf)})
         self.cont = [v for v in vars_ if not schema.features[v].discrete]
         self.disc = [v for v in vars_ if schema.features[v].discrete]
-        self.slot = {}
+        self.slot: dict[tuple[int, str | int], tuple[str, int]] = {}  # (var, term or state) -> feature column
         for k, v in enumerate(self.cont):
             for name in ("sq", "lin", "obs", "miss"):
                 self.slot[(v, name)] = (name, k)
-        onehot_var, onehot_state = [], []
+        onehot_var: list[int] = []
+        onehot_state: list[int] = []
         for v in self.disc:
             for state in range(schema.features[v].cardinality):
                 self.slot[(v, state)] = ("onehot", len(onehot_var))
@@ -101,7 +102,7 @@ class LinearFrontier:
         scale = {v: float(max(np.std([m for m, _ in ms]), max(s for _, s in ms))) for v, ms in means.items()}
         return center, scale
 
-    def leaf_coefficients(self, leaf: Leaf, mode: str) -> dict[int, float]:
+    def leaf_coefficients(self, leaf: Leaf, mode: str) -> dict[tuple[str, int], float]:
         if leaf.dist == "gaussian":
             mu, sd = float(leaf.params["mean"]), float(leaf.params["std"])
             c, s = self.center[leaf.var], self.scale[leaf.var]

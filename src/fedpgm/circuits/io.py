@@ -40,7 +40,8 @@ def to_payload(circuit: Circuit | DenseCircuit, meta: dict | None = None) -> tup
     if isinstance(circuit, DenseCircuit):
         return {"format": DENSE_FORMAT, "spec": circuit.spec(), "meta": meta or {}}, circuit.arrays()
     circuit.validate()
-    nodes, packs = [], {"sum_weights": []}
+    nodes: list[dict] = []
+    packs: dict[str, list] = {"sum_weights": []}
     for node in circuit.nodes:
         if isinstance(node, Leaf):
             shapes = {}

@@ -19,6 +19,7 @@ from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN, RatSPN
 from fedpgm.circuits.io import load_circuit
 from fedpgm.circuits.queries import log_likelihood
 from fedpgm.circuits.structure import Circuit
+from fedpgm.errors import FedpgmError
 
 ESTIMATORS = {"learnspn": LearnSPN, "ratspn": RatSPN, "pd": DensePC}
 DENSE_LEARNERS = ("pd",)
@@ -35,6 +36,8 @@ def load_model(folder: str | Path) -> CircuitEstimator | DensePC:
 def log_likelihood_of(circuit: Circuit | DenseCircuit, names: list[str], X: np.ndarray) -> np.ndarray:
     """(rows,) log-likelihoods of either circuit kind for rows X whose columns are ``names``;
     the circuit's variables absent from ``names`` are marginalised."""
+    if circuit.schema is None:
+        raise FedpgmError("this circuit does not name its variables; fit it on a table with a schema")
     cols = [names.index(n) if n in names else -1 for n in circuit.schema.names]
     local = np.full((len(X), len(cols)), np.nan)
     for j, c in enumerate(cols):

@@ -58,7 +58,7 @@ class LearnSPNBuilder:
         return leaves[0] if len(leaves) == 1 else self.c.product(leaves)
 
     def slice(self, rows: np.ndarray, scope: list[int]) -> np.ndarray:
-        data = self.X[np.ix_(rows, scope)]
+        data = self.X[np.ix_(rows, np.asarray(scope, dtype=int))]
         if np.isnan(data).any():
             means = np.nanmean(np.where(np.isnan(data).all(axis=0), 0.0, data), axis=0)
             data = np.where(np.isnan(data), means, data)

@@ -82,7 +82,7 @@ class LeafType(ABC):
 
     @staticmethod
     @abstractmethod
-    def sample(p: dict[str, torch.Tensor], rows: int, gen: torch.Generator) -> torch.Tensor:
+    def sample(p: dict[str, torch.Tensor], rows: int, gen: torch.Generator | None) -> torch.Tensor:
         """(rows, L) independent draws of every leaf."""
         ...
 

@@ -68,7 +68,7 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
     cost: dict = {}  # settings -> seconds of its last fit, per row
     for rung, fraction in enumerate(RUNGS):
         rows = np.sort(order[: max(2, round(fraction * len(train)))])  # (in the data's order)
-        scored = []
+        scored: list[tuple[float, dict]] = []
         for c in alive:
             expected = cost.get(tuple(c.items()), 0.0) * len(rows)  # its last fit, scaled to these rows
             if (scored or leader is not None) and time.perf_counter() - start + expected > budget_s:
@@ -91,6 +91,7 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         if time.perf_counter() - start > budget_s:
             break
     if final is None:  # the budget ended before any fit on every row: learn the leader on them
+        assert leader is not None  # (the first candidate is always fitted)
         t0 = time.perf_counter()
         model = LearnSPN(**leader[1], seed=seed, **learner).fit(train, schema)
         final = (model.score(valid), leader[1], model)

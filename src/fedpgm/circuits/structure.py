@@ -66,7 +66,7 @@ class Circuit:
     def leaf(self, var: int, dist: str, params: dict) -> int:
         return self.add(Leaf(int(var), dist, {k: np.asarray(v, dtype=float) for k, v in params.items()}))
 
-    def sum(self, children: Sequence[int], weights: Sequence[float]) -> int:
+    def sum(self, children: Sequence[int], weights: Sequence[float] | np.ndarray) -> int:
         return self.add(Sum([int(c) for c in children], np.asarray(weights, dtype=float)))
 
     def product(self, children: Sequence[int]) -> int:

@@ -96,7 +96,7 @@ def make_concept_data(network: str, task: str | None = None, rows: int | None = 
     z = standardise(z)  # signal and noise in equal units, so "50/50" means equal variance shares
     z = standardise((1 - noise) * z + noise * rng.normal(size=z.shape).astype(np.float32))
     split = rng.choice(3, size=len(codes), p=[0.7, 0.1, 0.2])
-    return ConceptData(network, task, nodes, cards, {n: ds.schema[n].categories for n in nodes},
+    return ConceptData(network, task, nodes, cards, {n: ds.schema[n].states for n in nodes},
                        codes, z.astype(np.float32), split, ds.graph)
 
 

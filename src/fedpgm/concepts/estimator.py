@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -115,8 +116,12 @@ class FederatedCM(FederatedEstimator):
                              secure_aggregation=self.secure_aggregation, graph_rounds=self.graph_rounds,
                              graph_votes=self.graph_votes)
 
-    def _fit(self, partition: Partition, validation: pd.DataFrame | None = None,
-             late: list[str] | tuple[str, ...] = ()) -> tuple[ConceptModel, dict]:
+    _fit_params = ("validation", "late")
+
+    def _fit(self, partition: Partition, **fit_params: Any) -> tuple[ConceptModel, dict]:
+        """``fit_params``: ``validation`` rows (required) and the ``late`` client ids."""
+        validation: pd.DataFrame | None = fit_params.get("validation")
+        late: list[str] = list(fit_params.get("late", ()))
         schema = partition.schema
         task = self.task or schema.label
         if task is None or task not in schema:
@@ -152,7 +157,7 @@ class FederatedCM(FederatedEstimator):
         info = {"communication": out["ledger"], "rounds": len(out["history"]),
                 "val_task_loss": [h["val_task_loss"] for h in out["history"]], "joins": out["joins"],
                 "left_out": out.get("left_out", {}), "epsilon_spent": out.get("epsilon_spent", {}),
-                "categories": {f.name: list(f.categories) for f in schema.features if f.name in cards},
+                "categories": {f.name: list(f.states) for f in schema.features if f.name in cards},
                 "inputs": inputs}
         self.schema_ = schema
         return out["model"], info

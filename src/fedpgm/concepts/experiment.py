@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -70,7 +71,7 @@ class FCMSettings:
 # The paper's server steps and data (Fenoglio et al., Sec. 4.2.1, Alg. 1, App. B/D); LATE_SHIFT is
 # this project's choice of how strong "a new distribution" is (the paper gives no number).
 LATE_SHIFT = 0.5
-PAPER_PROTOCOL = {"rounds": {"graph_rounds": "round", "graph_votes": "adjacency"},
+PAPER_PROTOCOL: dict[str, Any] = {"rounds": {"graph_rounds": "round", "graph_votes": "adjacency"},
                   "centralized_graph": "true", "late_shift": LATE_SHIFT}
 CENTRALIZED_GRAPHS = ("aggregated", "true")
 PROTOCOLS = ("project", "paper")
@@ -115,8 +116,8 @@ def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ClientData], list
         w = shift_weights(d, train, s.late_shift, rng)
         size = len(train) // k
         late_rows = rng.choice(train, size=(k - k0) * size, replace=False, p=w / w.sum())
-        rest = rng.permutation(np.setdiff1d(train, late_rows))[: k0 * size]
-        parts = np.array_split(rest, k0) + np.array_split(late_rows, k - k0)
+        early_rows = rng.permutation(np.setdiff1d(train, late_rows))[: k0 * size]
+        parts = np.array_split(early_rows, k0) + np.array_split(late_rows, k - k0)
     else:
         parts = np.array_split(rng.permutation(train), k)
     feats = [Feature(f"{X_PREFIX}{j}", "continuous") for j in range(d.x.shape[1])]
@@ -163,7 +164,7 @@ def test_metrics(model: ConceptModel, d: ConceptData) -> dict:
     return out
 
 
-def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> tuple[ConceptModel | None, dict]:
+def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> tuple[ConceptModel, dict]:
     """One network x model x regime run; returns (model, report)."""
     r = s.rounds
     if r.regime not in ("centralized", "local", "static", "fcm", "reinit"):
@@ -189,7 +190,7 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     clients, initial, late = make_clients(d, s)
     va = d.part(1)
     val = (d.x[va], d.codes[va, d.nodes.index(d.task)])
-    report = {"network": s.network, "task": d.task, "model": r.kind, "regime": r.regime, "seed": r.seed,
+    report: dict[str, Any] = {"network": s.network, "task": d.task, "model": r.kind, "regime": r.regime, "seed": r.seed,
               "clients": s.clients, "per_round": r.per_round, "join_round": r.join_round,
               "lr": r.train.lr}
     all_graphs = [from_edge_list(c.meta[GRAPH]) for c in clients]
@@ -255,7 +256,7 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
 
 
 def run_fcm_tuned(s: FCMSettings, lrs: list[float], data: ConceptData | None = None,
-                  progress=None) -> tuple[ConceptModel | None, dict]:
+                  progress=None) -> tuple[ConceptModel, dict]:
     """``run_fcm`` once per Adam learning rate in ``lrs``; keeps the run with the lowest best
     validation task loss (the paper tunes the learning rate per dataset and model on validation
     data; the test set never chooses). The report lists every candidate's loss and seconds."""
@@ -265,12 +266,14 @@ def run_fcm_tuned(s: FCMSettings, lrs: list[float], data: ConceptData | None = N
     if bad:  # before any data is sampled or any candidate trained
         raise FedpgmError(f"--lrs {bad}: every learning rate must be positive (e.g. 1e-3)")
     d = data or make_concept_data(s.network, s.task, s.rows, s.rounds.seed)
-    best, candidates = None, []
+    best: tuple[ConceptModel, dict] | None = None
+    candidates = []
     for lr in lrs:  # only the best model so far is kept in memory
         model, report = run_fcm(replace(s, rounds=replace(s.rounds, train=replace(s.rounds.train, lr=lr))), d, progress)
         candidates.append({k: report[k] for k in ("lr", "best_val_task_loss", "seconds")})
         if best is None or report["best_val_task_loss"] < best[1]["best_val_task_loss"]:
             best = (model, report)
+    assert best is not None  # (at least one learning rate was tried)
     best[1]["lr_candidates"] = candidates
     return best
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -164,13 +165,17 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
         return sorted(rng.choice(pool, size=min(s.per_round, len(pool)), replace=False).tolist())
 
     per_round_graph = s.graph_rounds == "round"
-    chosen = choose() if per_round_graph else None  # the paper: round 1's graph is K_1's
+    chosen: list[str] = choose() if per_round_graph else []  # the paper: round 1's graph is K_1's
     agg = merged(chosen if per_round_graph else sorted(info))
     model = ConceptModel(s.kind, input_dim, cards, agg.graph, task, s.hidden, s.emb, s.seed)
-    history, joins, graph_changes, spent, per_update = [], [], [], {}, {}
+    history: list[dict] = []
+    joins: list[dict] = []
+    graph_changes: list[dict] = []
+    spent: dict[str, float] = {}
+    per_update: dict[str, float] = {}
     stop = EarlyStopping(model, s.patience, keep_module=per_round_graph)
     for r in range(1, s.rounds + 1):
-        join = None
+        join: dict[str, Any] | None = None
         if r == s.join_round and late:
             fed.admit(late)  # on Flower, the late clients' SuperNodes connect now
             info.update({c: m.config for c, m in fed.broadcast("describe", clients=late).require_all().items()})
@@ -220,7 +225,9 @@ def run_rounds(fed, initial: list[str], late: list[str], cards: dict[str, int], 
             progress(r, loss)
         if (r >= s.join_round or not late) and stop.update(loss):
             break
-    model = stop.restore()  # (per-round graphs: the best round's model, in that round's architecture)
+    best = stop.restore()  # (per-round graphs: the best round's model, in that round's architecture)
+    assert isinstance(best, ConceptModel)
+    model = best
     return {"model": model, "history": history, "joins": joins, "graph": model.graph, "graph_changes": graph_changes,
             "removed_edges": agg.removed, "epsilon_spent": spent, "epsilon_per_update": per_update,
             "left_out": fed.left_out_report()}

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import networkx as nx
 import numpy as np
@@ -134,7 +135,7 @@ def confidence_from_doc(doc: dict, g: nx.DiGraph, who: str) -> dict[tuple[str, s
     return S
 
 
-def aggregate(graphs: list[nx.DiGraph], sizes: list[float], task: str, seed: int = 0,
+def aggregate(graphs: list[nx.DiGraph], sizes: Sequence[float], task: str, seed: int = 0,
               confidences: list[dict] | None = None, previous: "Aggregated | None" = None) -> Aggregated:
     """Weighted three-way vote per pair (S = A unless ``confidences``, one S per graph), pairs
     nobody observes kept as in ``previous``, task kept a sink, cycles broken at their weakest edge."""
@@ -158,9 +159,9 @@ def aggregate(graphs: list[nx.DiGraph], sizes: list[float], task: str, seed: int
                     votes += w * np.array([ab, ba, 1.0 - ab - ba])
             if votes.sum() == 0:  # no voter this time: the pair keeps its last state
                 for u, v in ((a, b), (b, a)):
-                    if kept.has_edge(u, v):
+                    if kept.has_edge(u, v):  # (so previous is not None)
                         G.add_edge(u, v)
-                        weights[(u, v)] = previous.weights.get((u, v), 1.0)
+                        weights[(u, v)] = previous.weights.get((u, v), 1.0) if previous is not None else 1.0
                 continue
             best = np.flatnonzero(votes == votes.max())
             choice = int(best[rng.integers(len(best))]) if len(best) > 1 else int(best[0])

@@ -186,8 +186,8 @@ class ConceptModel(nn.Module):
                 self.nodes[key(node)] = self.new_module(node)
                 added.append(node)
             module = self.nodes[key(node)]
-            if not hasattr(module, "blocks"):
-                continue
+            if not isinstance(module, (NodeModule, HyperModule)):
+                continue  # (CEM's concept embeddings read h only)
             want = {key(s): s for s in self.sources_of(node)}
             have = set(module.blocks.keys())
             for k in have - set(want):
@@ -239,13 +239,15 @@ class ConceptModel(nn.Module):
         the predicted probabilities for everything downstream."""
         h = self.encoder(x)
         col = {n: i for i, n in enumerate(columns or [])}
-        logits, values = {}, {}
+        logits: dict[str, torch.Tensor] = {}
+        values: dict[str, torch.Tensor] = {}
         # CEM's concept embeddings read only h, so the shared scorer scores them all in one call:
         # Opacus hooks every call of a module for per-sample gradients, and one call per concept,
         # some not reaching the loss (concepts a client does not label), left them unset
         if self.kind == "cem":
             concepts = [n for n in self.order() if n != self.task]
             embedding = {n: self.nodes[key(n)](h).view(-1, self.cards[n], self.emb) for n in concepts}
+            assert self.scorer is not None  # (CEM has one)
             scores = self.scorer(torch.cat([embedding[n] for n in concepts], dim=1)).squeeze(-1)
             scored = dict(zip(concepts, scores.split([self.cards[n] for n in concepts], dim=1)))
         for node in self.order():
@@ -265,6 +267,7 @@ class ConceptModel(nn.Module):
             if self.kind == "cem" and node != self.task:
                 values[node] = (p[:, :, None] * e).sum(1)
             elif self.kind == "cgm":
+                assert isinstance(module, NodeModule) and module.states is not None  # (CGM's nodes have states)
                 values[node] = module.states(p)
             else:
                 values[node] = p

@@ -59,7 +59,7 @@ class ClientDP:
         self.accountant = RDPAccountant()
         self.accountant.history = [tuple(h) for h in (history or [])]
 
-    def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+    def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[GradSampleModule, DPOptimizer]:
         """(per-sample-gradient model, noisy clipping optimizer)."""
         return GradSampleModule(model), DPOptimizer(optimizer, noise_multiplier=self.sigma,
                                                     max_grad_norm=self.s.max_grad_norm,

@@ -63,6 +63,7 @@ def loss_of(model: ConceptModel, logits: dict, truth: torch.Tensor, columns: lis
         else:
             concept_terms.append(ce)
     concept = torch.stack(concept_terms).mean() if concept_terms else None
+    loss: torch.Tensor | None
     if concept is not None and task_term is not None:
         loss = gamma * concept + (1 - gamma) * task_term
     else:
@@ -86,9 +87,11 @@ def local_train(model: ConceptModel, x: np.ndarray, codes: np.ndarray, columns: 
         p.requires_grad_(module_of(name, names) in units and name not in idle)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=settings.lr)
-    net = model
+    net: torch.nn.Module = model
+    wrapped = None
     if dp is not None:
-        net, opt = dp.wrap(model, opt)
+        wrapped, opt = dp.wrap(model, opt)
+        net = wrapped
     gen = torch.Generator().manual_seed(settings.seed)
     X, Y = torch.as_tensor(x), torch.as_tensor(codes, dtype=torch.long)
     is_concept = torch.tensor([n != model.task for n in columns])
@@ -109,8 +112,8 @@ def local_train(model: ConceptModel, x: np.ndarray, codes: np.ndarray, columns: 
             opt.step()
             if dp is not None:
                 dp.step()
-    if dp is not None:
-        net._close()  # remove Opacus' hooks: the model is plain again
+    if wrapped is not None:
+        wrapped._close()  # remove Opacus' hooks: the model is plain again
     for p in model.parameters():
         p.requires_grad_(True)
     return units
@@ -138,7 +141,7 @@ def task_loss(model: ConceptModel, x: np.ndarray, y: np.ndarray) -> float:
 
 def depths(dag: nx.DiGraph) -> dict[str, int]:
     """Longest-path depth from the roots."""
-    out = {}
+    out: dict[str, int] = {}
     for n in nx.topological_sort(dag):
         out[n] = max((out[p] + 1 for p in dag.predecessors(n)), default=0)
     return out

@@ -12,6 +12,7 @@ import re
 import warnings
 from functools import lru_cache
 from importlib.resources import files
+from importlib.resources.abc import Traversable
 
 import networkx as nx
 import pandas as pd
@@ -28,7 +29,7 @@ DEFAULT_TASKS = {"asia": "dysp", "sachs": "Akt", "alarm": "BP", "insurance": "Pr
                  "hailfinder": "R5Fcst"}
 
 
-def bundled_networks() -> dict[str, object]:
+def bundled_networks() -> dict[str, Traversable]:
     """Network name -> path of its ``.bif.gz`` inside the installed pgmpy."""
     root = files("pgmpy") / "utils" / "example_models"
     return {p.name[: -len(".bif.gz")]: p for p in root.iterdir() if p.name.endswith(".bif.gz")}
@@ -38,7 +39,7 @@ def network_text(name: str) -> str:
     nets = bundled_networks()
     if name not in nets:
         raise FedpgmError(f"unknown network '{name}'; pgmpy ships: {', '.join(sorted(nets))}")
-    with gzip.open(nets[name]) as fh:
+    with nets[name].open("rb") as raw, gzip.open(raw) as fh:
         return fh.read().decode("utf-8")
 
 
@@ -82,7 +83,7 @@ def load_bn(name: str, options: LoadOptions) -> Dataset:
     sample = model.simulate(n_samples=rows, seed=options.seed, show_progress=False)
     codes = {}
     for feat in schema.features:
-        lookup = {s: i for i, s in enumerate(feat.categories)}
+        lookup = {s: i for i, s in enumerate(feat.states)}
         codes[feat.name] = sample[feat.name].astype(str).map(lookup).astype(float).to_numpy()
     frame = pd.DataFrame(codes, columns=schema.names)
     frame.index.name = ROW_ID

@@ -42,7 +42,7 @@ def layout(schema: Schema) -> tuple[tuple[int, int], list[int]] | None:
     coords = [PIXEL.match(n) for n in names]
     if not names or not all(coords):
         return None
-    rc = [(int(m.group(1)), int(m.group(2))) for m in coords]
+    rc = [(int(m.group(1)), int(m.group(2))) for m in coords if m is not None]
     rows, cols = sorted({r for r, _ in rc}), sorted({c for _, c in rc})
     if len(rc) != len(rows) * len(cols):
         return None

@@ -27,7 +27,7 @@ from sklearn import datasets as skdatasets
 
 from fedpgm.data.dataset import Dataset, apply_missing_policy, random_split, table
 from fedpgm.data.registry import LoadOptions, register, require_file, resolve_data_dir
-from fedpgm.data.schema import ROW_ID, Feature, Schema, canonical, infer_schema
+from fedpgm.data.schema import ROW_ID, Feature, Kind, Schema, canonical, infer_schema
 from fedpgm.errors import FedpgmError
 
 SPLIT_OPTIONS = ("test_size", "missing")
@@ -56,7 +56,7 @@ def sklearn_table(name: str, bunch, feature_kind: str, options: LoadOptions) -> 
         feats = [Feature(n, "ordinal", levels) for n in names]
     else:
         feats = [Feature(n, "continuous") for n in names]
-    label_kind = "binary" if len(classes) == 2 else "categorical"
+    label_kind: Kind = "binary" if len(classes) == 2 else "categorical"
     schema = Schema(tuple(feats) + (Feature(label, label_kind, tuple(classes)),), label)
     frame = table(np.column_stack([bunch.data, bunch.target]), schema.names)
     return finish(name, frame, schema, options, source="scikit-learn bundled copy")
@@ -81,7 +81,7 @@ def load_wine(_: str | None, options: LoadOptions) -> Dataset:
 
 
 # -- UCI Adult -----------------------------------------------------------------------------------
-ADULT_COLUMNS = [
+ADULT_COLUMNS: list[tuple[str, Kind]] = [
     ("age", "continuous"), ("workclass", "categorical"), ("fnlwgt", "continuous"),
     ("education", "categorical"), ("education-num", "ordinal"), ("marital-status", "categorical"),
     ("occupation", "categorical"), ("relationship", "categorical"), ("race", "categorical"),

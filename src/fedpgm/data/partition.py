@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -104,8 +104,9 @@ class Partition:
             row = {"client": c.client_id, "train_rows": len(c.train),
                    "test_rows": 0 if c.test is None else len(c.test), "columns": len(c.columns),
                    "label": c.has_label}
-            if c.has_label and self.schema[self.schema.label].discrete:
-                row["classes"] = sorted(int(v) for v in c.train[self.schema.label].dropna().unique())
+            label = self.schema.label
+            if c.has_label and label is not None and self.schema[label].discrete:
+                row["classes"] = sorted(int(v) for v in c.train[label].dropna().unique())
             rows.append(row)
         return rows
 
@@ -191,7 +192,7 @@ def horizontal(dataset: Dataset, clients: int, seed: int = 0, scheme: str = "iid
     ids = train.index.to_numpy()
     if scheme == "iid":
         blocks = split_evenly(ids, clients, rng)
-        params = {"scheme": scheme}
+        params: dict = {"scheme": scheme}
     elif scheme in ("label-skew", "dirichlet"):
         if schema.label is None or not schema[schema.label].discrete:
             raise FedpgmError(f"scheme '{scheme}' needs a discrete label; pass --label or use iid")
@@ -365,15 +366,16 @@ def hybrid(dataset: Dataset, clients: int, seed: int = 0, shared: int | None = N
         if len(feats) - shared < clients:
             raise FedpgmError(f"{len(feats)} feature columns with {shared} shared leave fewer than one "
                               f"private column for each of {clients} clients; lower --shared or --clients")
-        perm = list(rng.permutation(np.array(feats, dtype=object)))
-        shared_cols, private = perm[:shared], np.array_split(np.array(perm[shared:], dtype=object), clients)
+        perm = [str(c) for c in rng.permutation(np.array(feats, dtype=object))]
+        shared_cols = perm[:shared]
+        private = [list(block) for block in np.array_split(np.array(perm[shared:], dtype=object), clients)]
     label_holders = check_label_to(label_to, clients, schema)
     train_blocks = hybrid_blocks(dataset.train.index.to_numpy(), clients, overlap, rng)
     test_blocks = hybrid_blocks(dataset.test.index.to_numpy(), clients, overlap, rng)
     parts = []
     for i, cid in enumerate(client_ids(clients)):
         own = list(cols[i]) if groups is not None else list(shared_cols) + list(private[i])
-        names = own + ([schema.label] if i in label_holders else [])
+        names = own + ([schema.label] if i in label_holders and schema.label is not None else [])
         sub = schema.select(names)
         parts.append(ClientData(cid, sub, dataset.train.loc[train_blocks[i], sub.names],
                                 dataset.test.loc[test_blocks[i], sub.names]))
@@ -384,7 +386,7 @@ def hybrid(dataset: Dataset, clients: int, seed: int = 0, shared: int | None = N
 
 def partition(dataset: Dataset, split: str, clients: int, seed: int = 0, **options) -> Partition:
     """Dispatch to ``horizontal``, ``vertical`` or ``hybrid`` with their keyword options."""
-    funcs = {"horizontal": horizontal, "vertical": vertical, "hybrid": hybrid}
+    funcs: dict[str, Callable[..., Partition]] = {"horizontal": horizontal, "vertical": vertical, "hybrid": hybrid}
     allowed = {"horizontal": {"scheme", "alpha", "classes_per_client", "min_rows"},
                "vertical": {"groups", "label_to", "overlap"},
                "hybrid": {"shared", "overlap", "label_to", "groups"}}
@@ -438,13 +440,13 @@ def load_client_files(paths: Sequence[str | Path], schema: Schema | None = None,
     Without a ``schema``, it is inferred from all files together (so every client encodes
     categories the same way); the split kind is detected from the rows and columns.
     """
-    paths = [Path(p) for p in paths]
-    if not paths:
+    files = [Path(p) for p in paths]
+    if not files:
         raise FedpgmError("no client files given; pass one CSV per client")
-    stems = [p.stem for p in paths]
+    stems = [p.stem for p in files]
     if len(set(stems)) != len(stems):
         raise FedpgmError(f"client files share a name {stems}; client ids come from file names")
-    raws = {s: read_csv_file(p) for s, p in zip(stems, paths)}
+    raws = {s: read_csv_file(p) for s, p in zip(stems, files)}
     if schema is None:
         pooled = pd.concat(list(raws.values()), axis=0, ignore_index=True)
         schema, _ = infer_schema(pooled, label)

@@ -75,6 +75,11 @@ class Feature:
         return self.kind != "continuous"
 
     @property
+    def states(self) -> tuple[str, ...]:
+        """The categories of a discrete feature, in code order (() for a continuous one)."""
+        return self.categories or ()
+
+    @property
     def cardinality(self) -> int:
         """Number of states of a discrete feature (0 for a continuous one)."""
         return len(self.categories) if self.categories is not None else 0
@@ -105,8 +110,7 @@ class Schema:
     def __post_init__(self) -> None:
         object.__setattr__(self, "features", tuple(self.features))
         names = [f.name for f in self.features]
-        seen: set[str] = set()
-        dupes = sorted({n for n in names if n in seen or seen.add(n)})
+        dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise FedpgmError(
                 f"duplicate feature names {dupes}; feature names identify variables across "
@@ -122,6 +126,13 @@ class Schema:
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.features]
+
+    @property
+    def label_feature(self) -> Feature:
+        """The label's feature; a ``FedpgmError`` when the schema has no label."""
+        if self.label is None:
+            raise FedpgmError("the data has no label; name one (--label)")
+        return self[self.label]
 
     @property
     def feature_names(self) -> list[str]:
@@ -185,7 +196,7 @@ class Schema:
                 if bad.size:
                     raise FedpgmError(
                         f"{what} column '{f.name}' holds code {float(bad[0])} outside 0..{f.cardinality - 1}"
-                        f" ({f.kind} with categories {list(f.categories)})"
+                        f" ({f.kind} with categories {list(f.states)})"
                     )
         if self.pixel_levels is not None:
             pix = [f.name for f in self.features if not f.discrete and f.name != self.label]
@@ -220,14 +231,14 @@ class Schema:
                     )
                 out[f.name] = num.astype(float)
                 continue
-            lookup = {c: i for i, c in enumerate(f.categories)}
+            lookup = {c: i for i, c in enumerate(f.states)}
             present = col.dropna().unique()
             keys = {v: canonical(v) for v in present}
             unknown = [v for v, k in keys.items() if k not in lookup]
             if unknown:
                 raise FedpgmError(
                     f"{what} column '{f.name}' holds '{canonical(unknown[0])}', not one of its categories "
-                    f"{list(f.categories)}; add it to the schema"
+                    f"{list(f.states)}; add it to the schema"
                 )
             codes = col.map({v: float(lookup[k]) for v, k in keys.items()}).astype(float)
             out[f.name] = codes
@@ -251,7 +262,7 @@ class Schema:
 
     # -- files --------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        out = {"features": [f.to_dict() for f in self.features], "label": self.label}
+        out: dict = {"features": [f.to_dict() for f in self.features], "label": self.label}
         if self.pixel_levels is not None:
             out["pixel_levels"] = self.pixel_levels
         return out
@@ -300,13 +311,13 @@ def infer_feature(name: str, column: pd.Series, max_categories: int = 20) -> tup
             cats = tuple(canonical(v) for v in distinct)
             return Feature(name, "ordinal", cats), f"integers with {len(distinct)} levels"
         return Feature(name, "continuous"), f"numeric with {len(distinct)} distinct values"
-    distinct = sorted({canonical(v) for v in values})
-    if len(distinct) == 2:
-        return Feature(name, "binary", tuple(distinct)), f"text with 2 values {distinct}"
-    reason = f"text with {len(distinct)} values"
-    if len(distinct) > max_categories:
+    names = sorted({canonical(v) for v in values})
+    if len(names) == 2:
+        return Feature(name, "binary", tuple(names)), f"text with 2 values {names}"
+    reason = f"text with {len(names)} values"
+    if len(names) > max_categories:
         reason += f" (more than {max_categories}: check this is not an id or free text)"
-    return Feature(name, "categorical", tuple(distinct)), reason
+    return Feature(name, "categorical", tuple(names)), reason
 
 
 def infer_schema(

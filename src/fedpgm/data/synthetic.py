@@ -131,9 +131,13 @@ GENERATORS = {"gmm": "6-D Gaussian mixture, 4 full-covariance components",
 def load_synthetic(kind: str, options: LoadOptions) -> Dataset:
     if kind not in GENERATORS:
         raise FedpgmError(f"unknown synthetic generator '{kind}'; use one of {sorted(GENERATORS)}")
-    truth = gmm_truth() if kind == "gmm" else mixed_truth()
-    schema = (Schema(tuple(Feature(n, "continuous") for n in truth.names)) if kind == "gmm"
-              else truth.schema)
+    truth: GaussianMixtureTruth | MixedMixtureTruth
+    if kind == "gmm":
+        truth = gmm_truth()
+        schema = Schema(tuple(Feature(n, "continuous") for n in truth.names))
+    else:
+        truth = mixed_truth()
+        schema = truth.schema
     rows = options.rows or DEFAULT_ROWS
     values = truth.sample(rows, np.random.default_rng(options.seed))
     dataset = finish(f"synthetic:{kind}", table(values, schema.names), schema, options,

@@ -210,7 +210,7 @@ def conditional_mutual_informations(model: DiscreteModel, entropy=None) -> dict:
 
     entropy = entropy or conditional_entropy
     pz, zs, gz = states(model, identity_channel(model.joint.shape))
-    out = {name: [] for name in TABLE_I}
+    out: dict[str, list[float]] = {name: [] for name in TABLE_I}
     for k in range(model.k):
         cache: dict = {}
 

@@ -12,6 +12,8 @@ features it never trained on, so it has no plug-in estimate here.)
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fedpgm.circuits.estimator import LearnSPN
@@ -42,7 +44,7 @@ def estimate(dataset: str, clients: int = 2, seed: int = 0, min_instances: int =
     rng = np.random.default_rng(seed)
     joint = LearnSPN(min_instances, threshold, leaf, seed=seed).fit(ds.train, ds.schema)
     full = row_log_loss(joint, ds.test, label)
-    out = {"dataset": ds.name, "clients": clients, "seed": seed, "n_train": len(ds.train),
+    out: dict[str, Any] = {"dataset": ds.name, "clients": clients, "seed": seed, "n_train": len(ds.train),
            "n_test": len(ds.test), "learner": joint.get_params(), "bootstrap_rounds": rounds,
            "CL/CI": {"log_loss_nats": float(full.mean()), "ci95": bootstrap(full, rounds, rng)},
            "agents": {}}
@@ -51,7 +53,7 @@ def estimate(dataset: str, clients: int = 2, seed: int = 0, min_instances: int =
         test = c.test
         local = row_log_loss(own, test, label)
         shared = row_log_loss(joint, test, label)  # other features absent: marginalised
-        agent = {"columns": [n for n in c.columns if n != label]}
+        agent: dict[str, Any] = {"columns": [n for n in c.columns if n != label]}
         for name, values in (("CL/DI", shared), ("DL/DI", local), ("CL/DI-CL/CI", shared - full),
                              ("DL/DI-CL/CI", local - full), ("DL/DI-CL/DI", local - shared)):
             agent[name] = {"nats": float(values.mean()), "ci95": bootstrap(values, rounds, rng)}

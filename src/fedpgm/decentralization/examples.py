@@ -13,6 +13,7 @@ leakage I(X^; X_k | X_-k) <= eps (eps in bits).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
@@ -73,7 +74,7 @@ def point(model: DiscreteModel, channel: Channel) -> dict:
 
 def example_a_point(r: float, n: int = 3) -> dict:
     model = example_a(r, n)
-    out = {"r": r, "n": n, "mi_bits": mutual_information_bits(r)}
+    out: dict[str, Any] = {"r": r, "n": n, "mi_bits": mutual_information_bits(r)}
     out.update(point(model, identity_channel(model.joint.shape)))
     out["conditional_mi_nats"] = conditional_mutual_informations(model)  # per agent
     return out

@@ -165,7 +165,7 @@ class Federation(ABC):
         replies = Replies(left_out=self.left_out)
         self.ledger.new_round()
         self.log(f"round {self.ledger.rounds}: '{name}' to {len(targets)} client(s)")
-        requests = {}
+        requests: dict[str, Payload] = {}
         for c in targets:
             if c in self.lost:
                 replies.failures[c] = ClientFailure(c, name, "unavailable",
@@ -184,12 +184,13 @@ class Federation(ABC):
                      + "; ".join(str(outcomes[c]) for c in again))
             self.await_return(list(again), deadline)
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            for c, data in again.items():
-                self.ledger.record("down", c, name, len(data))
+            for c, request in again.items():
+                self.ledger.record("down", c, name, len(request))
             for c, out in self._exchange(again, {c: name for c in again}, left).items():
                 first = outcomes[c]
+                before = first.detail if isinstance(first, ClientFailure) else ""
                 outcomes[c] = out if not isinstance(out, ClientFailure) else ClientFailure(
-                    c, name, out.kind, f"{first.detail}; asked again: {out.detail}")
+                    c, name, out.kind, f"{before}; asked again: {out.detail}")
         for c in requests:
             out = outcomes.get(c, ClientFailure(c, name, "unavailable", "no reply"))
             if isinstance(out, ClientFailure):

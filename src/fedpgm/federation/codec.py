@@ -66,7 +66,9 @@ def encode(message: Message) -> np.ndarray:
     if not isinstance(message.config, dict) or json_depth(message.config, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
         raise CodecError(f"config of message '{message.name}' must be a dict nested at most "
                          f"{MAX_CONFIG_DEPTH} levels deep")
-    arrays, entries, offset = [], [], 0
+    arrays: list[np.ndarray] = []
+    entries: list[list] = []  # [key, dtype, shape, offset, nbytes]
+    offset = 0
     for key, value in message.arrays.items():
         if not isinstance(key, str):
             raise CodecError(f"array names must be strings, got {key!r} in '{message.name}'")
@@ -93,6 +95,7 @@ def encode(message: Message) -> np.ndarray:
     buf[len(MAGIC) + 1: len(MAGIC) + 9] = np.frombuffer(struct.pack("<Q", len(header)), np.uint8)
     buf[len(MAGIC) + 9: len(MAGIC) + 9 + len(header)] = np.frombuffer(header, np.uint8)
     for (_, _, _, off, nbytes), arr in zip(entries, arrays):
+        off, nbytes = int(off), int(nbytes)
         lo = start + off
         buf[lo: lo + nbytes] = arr.reshape(-1).view(np.uint8)
         buf[lo + nbytes: lo + nbytes + pad(nbytes)] = 0  # never send uninitialised memory

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Sequence
 
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
@@ -53,7 +54,7 @@ def contribute(request: Message, ctx: ClientContext) -> Message:
     return Message("contribute", {"v": request.arrays["v"]}, {"client": ctx.client_id})
 
 
-def secure_sum_probe(fed, vectors: dict[str, list[float]], fail: list[str] = (), repeats: int = 1) -> dict:
+def secure_sum_probe(fed, vectors: dict[str, list[float]], fail: Sequence[str] = (), repeats: int = 1) -> dict:
     """Server procedure: the sum of ``vectors`` (client -> values) by SecAgg+ and in the clear,
     ``repeats`` times each (seconds of each), with the survivors (clients in ``fail`` drop out),
     the masked vectors the server saw and the bytes of each kind of round."""
@@ -79,7 +80,7 @@ def secure_sum_probe(fed, vectors: dict[str, list[float]], fail: list[str] = (),
             "plain_bytes": by_name.get("contribute", 0) // repeats}
 
 
-def roundtrip_benchmark(fed, sizes: list[int] = (1_000, 1_000_000, 50_000_000), repeats: int = 5,
+def roundtrip_benchmark(fed, sizes: Sequence[int] = (1_000, 1_000_000, 50_000_000), repeats: int = 5,
                         client: str | None = None) -> dict:
     """Server procedure: ``echo`` round trips to one client for each payload size (bytes).
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from numbers import Real
 from pathlib import Path
+from typing import Any
 
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
@@ -42,6 +43,7 @@ class FederatedEstimator(BaseEstimator, ABC):
     """Shared ``fit(federation)``, parameter checks and fitted-state checks; a family implements
     ``_fit(partition) -> (model, info)``, ``info`` holding the fit's communication and timing."""
 
+    _fit_params: tuple[str, ...] = ()  # the keyword arguments a family's fit takes besides the federation
     _parameter_constraints: dict = {
         "backend": [StrOptions(set(BACKENDS))],
         "timeout": [Interval(Real, 0, None, closed="neither")],
@@ -69,6 +71,10 @@ class FederatedEstimator(BaseEstimator, ABC):
         if y is not None:
             raise FedpgmError("a federated fit takes no y: the label is a column the clients hold (name it "
                               "when partitioning, e.g. fedpgm partition --label)")
+        unknown = sorted(set(fit_params) - set(self._fit_params))
+        if unknown:
+            raise FedpgmError(f"{type(self).__name__}.fit takes no {unknown}; its fit arguments are "
+                              f"{list(self._fit_params) or 'the federation alone'}")
         self.check_params()
         part = as_partition(federation)
         self.model_, self.info_ = self._fit(part, **fit_params)
@@ -76,7 +82,7 @@ class FederatedEstimator(BaseEstimator, ABC):
         return self
 
     @abstractmethod
-    def _fit(self, partition: Partition, **fit_params) -> tuple[object, dict]:
+    def _fit(self, partition: Partition, **fit_params: Any) -> tuple[Any, dict]:
         """(the family's model, the fit's info), learned across ``partition``'s clients on
         ``self.backend``."""
 

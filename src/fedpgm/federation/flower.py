@@ -83,8 +83,8 @@ def from_record(content: RecordDict) -> bytes:
     """Native records back to the codec's bytes: what the ledger counts, identical to the
     in-process backend's, and checked like any bytes from a peer (``CodecError``)."""
     try:
-        arrays = {k: a.numpy() for k, a in content[ARRAYS].items()}
-        meta = content[CONFIG]
+        arrays = {k: a.numpy() for k, a in content.array_records[ARRAYS].items()}
+        meta = content.config_records[CONFIG]
         msg = Message(str(meta["name"]), arrays, json.loads(str(meta["config"])))
     except (KeyError, ValueError, TypeError, RecursionError) as e:
         raise CodecError(f"a Flower message without readable fedpgm records ({type(e).__name__}: {e})") from None
@@ -167,7 +167,8 @@ class FlowerFederation(Federation):
                               group_id=f"round-{self.ledger.rounds}") for c in clients]
         ids = list(self.grid.push_messages(msgs))
         client_of = dict(zip(ids, clients))
-        pending, results = set(ids), {}
+        pending = set(ids)
+        results: dict[str, Payload | ClientFailure] = {}
         deadline = None if timeout is None else time.monotonic() + timeout
         while pending and (deadline is None or time.monotonic() < deadline):
             for reply in self.grid.pull_messages(list(pending)):
@@ -292,7 +293,7 @@ def node_context(context: Context) -> ClientContext:
     test_path = Path(str(nc["data"])).with_suffix(".test.csv")
     test = load_client_csv(test_path, cid, schema) if test_path.is_file() else None
     workdir = Path(str(nc["workdir"])) / f"run-{context.run_id}"  # state is per run
-    entry = next((e for e in doc.get("clients", []) if e.get("id") == cid), {})
+    entry: dict = next((e for e in doc.get("clients", []) if e.get("id") == cid), {})
     data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}),
                       ClientPolicy.from_node_config(nc))
     return ClientContext(cid, data, workdir, load_state(workdir))
@@ -312,7 +313,7 @@ def route(msg: FlowerMessage, context: Context) -> FlowerMessage:
     ctx = node_context(context)
     status, payload = serve_one(handlers, ctx, from_record(msg.content))
     if status != OK:
-        raise RuntimeError(payload.decode())
+        raise RuntimeError(bytes(payload).decode())
     save_state(ctx.state, ctx.workdir)
     return FlowerMessage(to_record(payload), reply_to=msg)
 

@@ -36,7 +36,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.privacy import PrivacyAudit
 
+T = TypeVar("T")
 Handler = Callable[[Message, "ClientContext"], Message]
 JSON_TYPES = (str, int, float, bool, list, dict, type(None))
 ALIGNED = "align/rows"  # state: (rows,) int64 positions of the aligned training rows
@@ -90,12 +91,12 @@ class ClientContext:
         base, rows = self.unaligned, self.state.get(ALIGNED)
         self.data = base if rows is None else replace(base, train=base.train.iloc[np.asarray(rows)])
 
-    def memo(self, key: str, compute: Callable[[], object]) -> object:
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()`` once per ``key`` while this context lives (``key`` must name every input
         the value depends on besides the client's data)."""
         if key not in self.cache:
             self.cache[key] = compute()
-        return self.cache[key]
+        return cast(T, self.cache[key])
 
     def check_state(self) -> None:
         for key, value in self.state.items():
@@ -182,7 +183,7 @@ def save_state(state: dict, workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
     other = {k: v for k, v in state.items() if not isinstance(v, np.ndarray)}
-    for name, write in (("state.npz", lambda f: np.savez(f, **arrays)),
+    for name, write in (("state.npz", lambda f: np.savez(f, **cast(dict[str, Any], arrays))),
                         ("state.json", lambda f: f.write(json.dumps(other).encode()))):
         fd, tmp = tempfile.mkstemp(dir=workdir, prefix=f".{name}.")
         with os.fdopen(fd, "wb") as f:

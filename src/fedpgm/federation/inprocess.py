@@ -26,11 +26,12 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fedpgm.data.partition import ClientData, Partition
 from fedpgm.errors import FedpgmError
-from fedpgm.federation.base import DEFAULT_TIMEOUT_S, AuditHook, ClientFailure, Federation, Outcome
+from fedpgm.federation.base import DEFAULT_TIMEOUT_S, AuditHook, ClientFailure, Federation, Outcome, Payload
 from fedpgm.federation.codec import decode, encode
 from fedpgm.federation.handlers import ClientContext, HandlerSet, load_handlers
 from fedpgm.federation.lifecycle import guard, watch_parent, worker_signals
@@ -51,7 +52,7 @@ def default_start_method() -> str:
 OK, FAILED = b"\x00", b"\x01"
 
 
-def serve_one(handlers: HandlerSet, ctx: ClientContext, request) -> tuple[bytes, object]:
+def serve_one(handlers: HandlerSet, ctx: ClientContext, request) -> tuple[bytes, Payload]:
     """Decode, handle, encode; returns (status, payload) with the error text on failure."""
     try:
         return OK, encode(handlers.handle(decode(request), ctx))
@@ -81,7 +82,7 @@ def client_process(conn: Connection, client_id: str, data: ClientData, handlers_
         status, payload = serve_one(handlers, ctx, request)
         try:
             conn.send_bytes(status)
-            conn.send_bytes(payload)
+            conn.send_bytes(payload.data if isinstance(payload, np.ndarray) else payload)  # (no copy)
         except (BrokenPipeError, OSError):
             return
 
@@ -184,6 +185,7 @@ class InProcessFederation(Federation):
                                  for c in clients}
             else:
                 ctx = mp.get_context(start_method)
+                assert isinstance(handlers, str)  # (checked above: workers import the handlers by path)
                 for c in clients:
                     self.workers[c.client_id] = Worker(ctx, c, handlers, dirs[c.client_id])
         except BaseException:  # a half-built federation stops what it started and removes its folder
@@ -195,13 +197,15 @@ class InProcessFederation(Federation):
             out: dict[str, Outcome] = {}
             for c, data in requests.items():
                 status, payload = serve_one(self.handlers, self.contexts[c], data)
-                out[c] = payload if status == OK else ClientFailure(c, names[c], "error", payload.decode())
+                out[c] = payload if status == OK else ClientFailure(c, names[c], "error", bytes(payload).decode())
             return out
         return self._exchange_processes(requests, names, timeout)
 
     def _exchange_processes(self, requests, names, timeout) -> dict[str, Outcome]:
         deadline = None if timeout is None else time.monotonic() + timeout
-        pending, running, results = list(requests), {}, {}
+        pending = list(requests)
+        running: dict[Connection, str] = {}
+        results: dict[str, Outcome] = {}
         while pending or running:
             while pending and len(running) < self.max_workers:
                 c = pending.pop(0)
@@ -223,6 +227,7 @@ class InProcessFederation(Federation):
                     results[c] = ClientFailure(c, names[c], "timeout", f"not started within {timeout} s")
                 break
             for conn in ready:
+                assert isinstance(conn, Connection)  # (wait returns what it was given)
                 c = running.pop(conn)
                 try:
                     status, payload = conn.recv_bytes(), conn.recv_bytes()

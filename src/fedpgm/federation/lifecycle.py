@@ -100,8 +100,10 @@ class Guard:
     def say(self, op: str, arg: object) -> None:
         with self.lock:
             try:
-                self.process.stdin.write(f"{op} {arg}\n".encode("utf-8", "surrogateescape"))
-                self.process.stdin.flush()
+                stdin = self.process.stdin
+                assert stdin is not None  # (started with stdin=PIPE)
+                stdin.write(f"{op} {arg}\n".encode("utf-8", "surrogateescape"))
+                stdin.flush()
             except (BrokenPipeError, OSError):
                 pass  # the reaper is gone; the parent's own clean-up still runs
 

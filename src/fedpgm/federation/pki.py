@@ -80,6 +80,7 @@ def write_pki(folder: str | Path, clients: list[str], host: str = "127.0.0.1") -
           .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=VALID_DAYS))
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
           .sign(ca_key, hashes.SHA256()))
+    alt: list[x509.GeneralName]
     try:
         alt = [x509.IPAddress(ipaddress.ip_address(host))]
     except ValueError:

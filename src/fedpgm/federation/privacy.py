@@ -152,7 +152,7 @@ def standardise_increasing(W: np.ndarray) -> np.ndarray:
     """As ``standardise``, for strictly monotone windows only, a decreasing one reversed first
     (so a sorted copy is found in either order)."""
     d = np.diff(W, axis=1)
-    up, down = (d > 0).all(axis=1), (d < 0).all(axis=1)
+    up, down = np.asarray((d > 0).all(axis=1)), np.asarray((d < 0).all(axis=1))
     W = np.where(down[:, None], W[:, ::-1], W)
     return np.where((up | down)[:, None], standardise(W), np.nan)
 
@@ -166,7 +166,7 @@ class Detector:
         self.patterns, self.what = patterns[keep], [w for w, k in zip(what, keep) if k]
         self.canon, self.tol = canon, tol
         self.width = patterns.shape[1]
-        self.weights = np.random.default_rng(seed).uniform(1.0, 2.0, self.width)
+        self.weights = np.asarray(np.random.default_rng(seed).uniform(1.0, 2.0, self.width))
         hashes = self.patterns @ self.weights
         self.order = np.argsort(hashes)
         self.sorted = hashes[self.order]
@@ -330,12 +330,13 @@ class ClientPatterns:
                     what += [f"{w} consecutive sorted values of column '{f.name}'"
                              + (" (or an affine copy)" if affine else "")] * len(win)
         for groups, canon in ((runs, standardise), (sorted_runs, standardise_increasing)):
-            for pats, what in groups.values():
-                self.detectors.append(Detector(both_signs(np.concatenate(pats), canon), what + what, canon,
+            for windows, what in groups.values():
+                self.detectors.append(Detector(both_signs(np.concatenate(windows), canon), what + what, canon,
                                                AFFINE_TOL))
-        for pats, what in exact_sorted_runs.values():  # as recorded, in either order
-            pats = np.concatenate(pats)
-            self.detectors.append(Detector(np.concatenate([pats, pats[:, ::-1]]), what + what, exact, EXACT_TOL))
+        for listed, what in exact_sorted_runs.values():  # as recorded, in either order
+            stacked = np.concatenate(listed)
+            self.detectors.append(Detector(np.concatenate([stacked, stacked[:, ::-1]]), what + what, exact,
+                                           EXACT_TOL))
 
     def add_rows(self, values: np.ndarray, ids, schema, discrete: np.ndarray) -> None:
         """Row detectors where a row carries ``MIN_ROW_BITS`` (the sum of its columns' empirical

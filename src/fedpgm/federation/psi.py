@@ -198,7 +198,8 @@ def align_rows(fed: Federation, leader: str | None = None) -> dict:
         with_whom = inter.config["empty_with"] or others
         raise FedpgmError(f"the parties hold no row id in common (client(s) {with_whom} share none with "
                           f"'{leader}'); check that every party's {ROW_ID} column uses the same ids")
-    per = {p: ({"setup": inter.arrays["setup"], "response": inter.arrays[f"response/{p}"]}, {}) for p in others}
+    per: dict[str, tuple[dict, dict]] = {
+        p: ({"setup": inter.arrays["setup"], "response": inter.arrays[f"response/{p}"]}, {}) for p in others}
     done = fed.broadcast("psi_finish", clients=others, per_client=per).require_all()
     wrong = {p: int(m.config["n_rows"]) for p, m in done.items() if int(m.config["n_rows"]) != n}
     if wrong:

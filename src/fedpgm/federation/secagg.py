@@ -23,6 +23,7 @@ handler's reply and keeps the sum) and nothing else.
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import flwr.compat.common.recorddict_compat as compat
 import numpy as np
@@ -32,6 +33,8 @@ from flwr.common import (Code, FitIns, FitRes, Status, bytes_to_ndarray, ndarray
                          parameters_to_ndarrays)
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
 from flwr.server import ServerConfig
+from flwr.server.strategy import Strategy
+from flwr.serverapp import Grid
 from flwr.server.compat.legacy_context import LegacyContext
 from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
@@ -39,7 +42,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import ClientFailure
-from fedpgm.federation.codec import Message, decode, encode
+from fedpgm.federation.codec import CodecError, Message, decode, encode
 
 CLIP = 8.0  # SecAgg+'s clipping range: every value a client adds lies in [-CLIP, CLIP]
 REQUEST = "fedpgm-request"  # FitIns config: the fedpgm request (codec bytes)
@@ -63,7 +66,10 @@ def client_reply(msg: FlowerMessage, handle) -> FlowerMessage:
     """ClientApp side (under ``secaggplus_mod``): run the fedpgm request inside the FitIns through
     ``handle(request) -> reply`` and return its arrays as the FitRes the mod masks."""
     fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
-    request = decode(bytes(fitins.config[REQUEST]))
+    raw = fitins.config[REQUEST]
+    if not isinstance(raw, bytes):
+        raise CodecError("a SecAgg+ request without its fedpgm bytes")
+    request = decode(raw)
     reply = handle(request)
     arrays = update_vector(reply, list(request.config["secure_order"]), request.config.get("client", "?"))
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1,
@@ -130,10 +136,10 @@ class CountingGrid:
 def content_bytes(content: RecordDict) -> int:
     """Payload bytes of a Flower message: array data plus config values (numbers as 8 bytes)."""
     total = 0
-    for record in content.array_records.values():
-        total += sum(len(a.data) for a in record.values())
-    for record in content.config_records.values():
-        for v in record.values():
+    for arrays in content.array_records.values():
+        total += sum(len(a.data) for a in arrays.values())
+    for config in content.config_records.values():
+        for v in config.values():
             for x in (v if isinstance(v, list) else [v]):
                 total += len(x) if isinstance(x, (bytes, str)) else 8
     return total
@@ -152,7 +158,7 @@ def secure_sum(fed, context: Context, name: str, order: list[str],
         data = encode(Message(name, arrays, {**config, "secure_order": order, "client": c}))
         fitins[c] = FitIns(ndarrays_to_parameters([]), {REQUEST: bytes(np.asarray(data, np.uint8))})
     strategy = OneSum(fitins, fed.node_of)
-    legacy = LegacyContext(context, ServerConfig(num_rounds=1), strategy)
+    legacy = LegacyContext(context, ServerConfig(num_rounds=1), cast(Strategy, strategy))  # (duck-typed)
     legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: 1})
     legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
         ndarrays_to_parameters([]), keep_input=True)
@@ -163,7 +169,7 @@ def secure_sum(fed, context: Context, name: str, order: list[str],
                                   clipping_range=CLIP, timeout=timeout)
     grid = CountingGrid(fed.grid, fed.ledger, f"{name}/secagg", {v: k for k, v in fed.node_of.items()})
     fed.log(f"secure sum: '{name}' from {len(requests)} client(s) by SecAgg+")
-    workflow(grid, legacy)
+    workflow(cast(Grid, grid), legacy)  # (a Grid that counts bytes: the methods the workflow calls)
     fed.secagg_view = grid.masked
     if strategy.sum is None:
         raise FedpgmError(f"the secure sum of '{name}' did not complete: too few of its {len(requests)} "

@@ -117,12 +117,12 @@ def fit(
     if placement == "split" and out is not None:
         raise FedpgmError("--out saves an assembled model; with --placement split the circuits stay at "
                           "the clients, so use --placement server to save one")
-    params = {"learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf,
-                           "by_label": by_label},
-              "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root,
-                       "trees": trees, "ensemble": ensemble},
-              "pd": dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed)}.get(
-                  learner, {"leaf": leaf, "em_iterations": em_iterations, "restarts": restarts})
+    by_learner: dict[str, dict] = {
+        "learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "by_label": by_label},
+        "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root, "trees": trees,
+                 "ensemble": ensemble},
+        "pd": dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed)}
+    params = by_learner.get(learner, {"leaf": leaf, "em_iterations": em_iterations, "restarts": restarts})
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap, regions, band),
@@ -217,7 +217,7 @@ def query(
     answer_queries(model, model.schema, evidence, query, target, mpe, out)
 
 
-DEMO_SETTINGS = (  # (split, clients, partition options, gluing, clusters per client)
+DEMO_SETTINGS: tuple[tuple[str, int, dict, str, int], ...] = (  # (split, clients, options, gluing, clusters)
     ("horizontal", 5, {"scheme": "label-skew"}, "-", 2),
     ("vertical", 2, {}, "random", 2),
     ("vertical", 2, {}, "aligned", 8),

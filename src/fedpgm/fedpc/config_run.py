@@ -168,7 +168,7 @@ def baseline_run(kind: str, ds, run: dict, part_options: dict, seed: int, settin
     split = "horizontal" if kind == "fedavg" else "vertical"
     if progress:
         progress(f"{BASELINE_NAMES[kind]} {split} x{run['clients']}")
-    kw = {} if settings is True else dict(settings)
+    kw = dict(settings) if isinstance(settings, dict) else {}
     part = partition(ds, split, run["clients"], seed, **part_options)
     with InProcessFederation(part, f"fedpgm.baselines.{kind}:HANDLERS") as fed:
         res = (fedavg if kind == "fedavg" else splitnn)(fed, seed=seed, **kw)

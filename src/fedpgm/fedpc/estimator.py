@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from numbers import Integral
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -71,7 +72,7 @@ class FederatedPC(FederatedEstimator):
         self.align = align
         self.seed = seed
 
-    def _fit(self, partition: Partition) -> tuple[FedPC, dict]:
+    def _fit(self, partition: Partition, **fit_params: Any) -> tuple[FedPC, dict]:
         from fedpgm.fedpc.experiment import FitSettings, fit_flower, fit_inprocess
 
         settings = FitSettings(split=partition.split, clients=len(partition.clients), clusters=self.clusters,
@@ -83,7 +84,9 @@ class FederatedPC(FederatedEstimator):
             model, fed = fit_inprocess(partition, settings)
             fed.close()  # the model is assembled at the server: the clients are no longer needed
         else:
-            _, _, _, model = fit_flower(partition, None, settings, keep_model=True)
+            _, _, _, fitted = fit_flower(partition, None, settings, keep_model=True)
+            assert isinstance(fitted, FedPC)  # (keep_model, method fedpc)
+            model = fitted
         return model, model.info
 
     # -- queries (X: a DataFrame with the schema's names, or an array in schema order) ----------

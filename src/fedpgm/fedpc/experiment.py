@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import f1_score
@@ -69,7 +70,7 @@ class FitSettings:
 # gluing per setting and dataset (Income = adult, Credit = credit, Cancer = breast_cancer); the
 # paper's horizontal rows need no gluing. One place: benchmarks/fedpc_density.py --protocol paper
 # reads it.
-PAPER_TABLE4 = {
+PAPER_TABLE4: dict[tuple[str, str], dict[str, Any]] = {
     ("horizontal", "adult"): {"threshold": 0.3, "min_instances_slice": 200, "glue": None},
     ("horizontal", "credit"): {"threshold": 0.5, "min_instances_slice": 200, "glue": None},
     ("horizontal", "breast_cancer"): {"threshold": 0.4, "min_instances_slice": 300, "glue": None},
@@ -142,7 +143,7 @@ def flower_procedure(fed, fit: dict, test: str | None, columns: list[str], targe
         return result
     with np.load(test, allow_pickle=False) as z:
         X = pd.DataFrame(z["X"], columns=columns)
-    if method == "fedpc":
+    if isinstance(model, FedPC):
         result["test_ll"] = model.log_likelihood(X).tolist()
     if target is not None:
         result["proba"] = model.predict_proba(X, target).tolist()
@@ -171,6 +172,7 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
         settings = image_cells(settings, ds)
     label = ds.schema.label
     wall = time.perf_counter()
+    model: FedPC | None
     if settings.backend == "inprocess":
         model, fed = fit_inprocess(part, settings, mode)
         with fed:
@@ -179,8 +181,10 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
             proba = model.predict_proba(ds.test) if label else None
         info = model.info
     else:
-        info, ll, proba, model = fit_flower(part, ds, settings, keep_model=out is not None)
+        info, flower_ll, proba, fitted = fit_flower(part, ds, settings, keep_model=out is not None)
         wall = time.perf_counter() - wall
+        assert flower_ll is not None and (fitted is None or isinstance(fitted, FedPC))  # (a FedPC, evaluated)
+        ll, model = flower_ll, fitted
     comm = info["communication"]
     report = {"dataset": ds.name, "split": settings.split, "clients": settings.clients,
               "backend": settings.backend, "seed": settings.seed, "settings": asdict(settings),
@@ -206,7 +210,7 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
             report.update({f"centralized_{k}": v for k, v in c.items()})
         report["centralized_train_seconds"] = seconds
         report["relative_runtime"] = info["critical_path_seconds"] / seconds
-    if out is not None:  # last, so an interrupted run leaves no model without its report
+    if out is not None and model is not None:  # last, so an interrupted run leaves no model without its report
         model.save(out)
     return model, report
 
@@ -234,8 +238,10 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
             model = fit_fcdt(fed, **args)
         wall = time.perf_counter() - wall
     else:  # the model is fitted in the ServerApp's process and read back from its folder
-        _, _, _, model = fit_flower(part, ds, settings, keep_model=True, method="fcdt")
+        _, _, _, fitted = fit_flower(part, ds, settings, keep_model=True, method="fcdt")
         wall = time.perf_counter() - wall
+        assert isinstance(fitted, TreeCircuit)  # (keep_model)
+        model = fitted
     comm = model.info["communication"]
     label = ds.schema.label
     report = {"dataset": ds.name, "split": settings.split, "clients": settings.clients, "backend": settings.backend,
@@ -270,7 +276,7 @@ def fit_flower(part, ds: Dataset | None, settings: FitSettings, keep_model: bool
         tmp = Path(tmp)
         part.write(tmp / "partition")
         fit = fcdt_args(settings) if method == "fcdt" else settings.fit_args()
-        args = {"fit": fit, "test": None, "columns": [], "target": None,
+        args: dict[str, Any] = {"fit": fit, "test": None, "columns": [], "target": None,
                 "out": str(tmp / "model") if keep_model else None, "method": method}
         if ds is not None:
             np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))

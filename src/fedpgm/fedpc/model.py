@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -80,6 +81,8 @@ class FedPC:
 
     def component_log_likelihoods(self, X: np.ndarray) -> np.ndarray:
         """(rows, components) log-likelihoods of the dense client circuits held here."""
+        if self.components is None:
+            raise FedpgmError("this FedPC holds no dense client circuits")
         return np.column_stack([log_likelihood_of(c, self.schema.names, X) for c in self.components])
 
     def score(self, X) -> float:
@@ -188,7 +191,7 @@ class FedPC:
     def save(self, folder) -> Path:
         """``fedpc.json`` + the assembled circuit (server placement), replaced atomically."""
         folder = Path(folder)
-        doc = {"format": FORMAT, "schema": self.schema.to_dict(), "plan": self.plan.to_dict(),
+        doc: dict[str, Any] = {"format": FORMAT, "schema": self.schema.to_dict(), "plan": self.plan.to_dict(),
                "placement": self.placement, "info": self.info}
         with atomic_folder(folder) as tmp:
             if self.components is not None:
@@ -215,10 +218,10 @@ class FedPC:
         schema = Schema.from_dict(doc["schema"])
         plan = Plan.from_dict(doc["plan"])
         if isinstance(doc.get("components"), int):  # dense client circuits, combined by the plan
-            components = [load_circuit(folder / "components" / f"{i:04d}")[0] for i in range(doc["components"])]
-            if len(components) != len(plan.components) or any(
-                    not isinstance(c, DenseCircuit) or c.schema is None or not set(c.schema.names) <= set(schema.names)
-                    for c in components):
+            loaded = [load_circuit(folder / "components" / f"{i:04d}")[0] for i in range(doc["components"])]
+            components = [c for c in loaded if isinstance(c, DenseCircuit)]
+            if len(components) != len(loaded) or len(components) != len(plan.components) or any(
+                    c.schema is None or not set(c.schema.names) <= set(schema.names) for c in components):
                 raise FedpgmError(f"{folder}: the saved client circuits do not match fedpc.json's plan and schema")
             return cls(schema, plan, None, doc.get("info", {}), components=components)
         circuit = load_circuit(folder / "circuit")[0] if doc.get("placement") == "server" else None

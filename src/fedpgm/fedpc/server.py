@@ -23,7 +23,8 @@ import numpy as np
 from fedpgm.circuits.learners import ESTIMATORS
 from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.io import from_payload
-from fedpgm.data.schema import Schema
+from fedpgm.circuits.structure import Circuit
+from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.psi import align_rows, check_align
@@ -39,7 +40,8 @@ DEFAULT_PARAMS = {"learnspn": {"min_instances_slice": 100, "threshold": 0.3, "le
 
 def global_schema(schemas: dict[str, Schema]) -> Schema:
     """The union of the clients' features; a name held with different types is an error."""
-    feats, seen = [], {}
+    feats: list[Feature] = []
+    seen: dict[str, tuple[Feature, str]] = {}  # name -> (feature, first client holding it)
     for client, schema in schemas.items():
         for f in schema.features:
             if f.name in seen and seen[f.name][0] != f:
@@ -129,7 +131,7 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
                           "FedPC needs every party's columns")
     check_alignment(described, spaces)
     salt = secrets.token_hex(16)
-    per_client = {}
+    per_client: dict[str, tuple[dict, dict]] = {}
     for c in described:
         shared = [names for names, holders in spaces if c in holders and len(holders) > 1]
         own = next((names for names, holders in spaces if holders == [c]), [])
@@ -170,8 +172,10 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
     chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), cooccurrence)
     plan = Plan([{"features": names, "clients": holders} for names, holders in spaces], components,
                 alternatives, chosen, weights)
-    dense = placement == "server" and any(isinstance(c, DenseCircuit) for c in circuits)
-    circuit = assemble(plan, schema, circuits) if placement == "server" and not dense else None
+    dense_circuits = [c for c in circuits if isinstance(c, DenseCircuit)]
+    node_circuits = [c for c in circuits if isinstance(c, Circuit)]
+    dense = placement == "server" and bool(dense_circuits)
+    circuit = assemble(plan, schema, node_circuits) if placement == "server" and not dense else None
     server_cpu += time.process_time() - t0
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
     policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
@@ -191,14 +195,14 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
     if circuit is not None:
         info.update(circuit.stats())
     if dense:
-        info["n_params"] = sum(c.n_params for c in circuits)
+        info["n_params"] = sum(c.n_params for c in dense_circuits)
     return FedPC(schema, plan, circuit, info, federation=fed if placement == "split" else None,
-                 components=circuits if dense else None)
+                 components=dense_circuits if dense else None)
 
 
 def memberships(replies: dict, spaces) -> dict[tuple, int]:
     """Counts of cluster-index tuples over the rows every clustering client holds (by id hash)."""
-    columns = []
+    columns: list[dict | None] = []  # per subspace: row-id hash -> cluster index (None: shared)
     for _names, holders in spaces:
         if len(holders) > 1:
             columns.append(None)  # a shared subspace has a single alternative

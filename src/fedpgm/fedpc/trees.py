@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Any, cast
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,8 @@ COMBINES = ("auto", "mean", "product")
 FORMAT = "fedpgm-fcdt-2"  # trees.json; 1 (before per-client experts) is refused with a hint to refit
 ENSEMBLES = ("bagging", "boosting")
 BOOSTING_STAGES = 100  # the most boosting stages when --trees is not given (early stopping may end sooner)
-BOOSTING = {"learning_rate": 0.1, "max_depth": None, "max_leaf_nodes": 31, "min_samples_leaf": 20,
+BOOST_MIN_LEAF = 20
+BOOSTING = {"learning_rate": 0.1, "max_depth": None, "max_leaf_nodes": 31, "min_samples_leaf": BOOST_MIN_LEAF,
             "validation_fraction": 0.1, "n_iter_no_change": 10}  # HistGradientBoosting's tree shape
 SHARED = {"bagging": "each labelled client's trees: split columns and thresholds, leaf class frequencies; its "
                       "class frequencies and row count",
@@ -214,7 +216,7 @@ class Expert:
         columns = schema.feature_names
         if not columns:
             raise FedpgmError("a client holds only the label; FC[DT] needs at least one feature column")
-        classes = schema[schema.label].cardinality
+        classes = schema.label_feature.cardinality
         y = frame[schema.label].to_numpy(dtype=int)
         X = frame[columns].to_numpy(dtype=float)
         prior = np.bincount(y, minlength=classes) / len(y)
@@ -223,7 +225,7 @@ class Expert:
             leaf = max(leaf, min_leaf)
             return Expert(columns, float(len(y)), ensemble, fit_bagging(X, y, classes, max_depth, leaf, seed, trees),
                           np.zeros(classes), np.full(len(columns), np.nan), prior, int(leaf))
-        leaf = min(BOOSTING["min_samples_leaf"], max(1, len(y) // 10)) if min_samples_leaf is None else min_samples_leaf
+        leaf = min(BOOST_MIN_LEAF, max(1, len(y) // 10)) if min_samples_leaf is None else min_samples_leaf
         leaf = max(leaf, min_leaf)
         with np.errstate(all="ignore"):
             fill = np.nan_to_num(np.nanmedian(X, axis=0)) if len(X) else np.zeros(len(columns))
@@ -257,8 +259,9 @@ class Expert:
         if (names is None or ensemble not in ENSEMBLES or not isinstance(columns, list)
                 or any(k not in arrays for k in names + [f"{prefix}{k}" for k in ("bias", "fill", "prior")])):
             raise FedpgmError(f"{what}: the expert's arrays do not match its description")
-        trees = [Tree(*(np.asarray(arrays[f"{prefix}{b}_{k}"]) for k in ARRAYS[:-1]),
-                      np.asarray(arrays[f"{prefix}{b}_value"], dtype=float)) for b in range(n)]
+        assert isinstance(n, int)  # (names is None otherwise)
+        trees = [Tree(**{k: np.asarray(arrays[f"{prefix}{b}_{k}"]) for k in ARRAYS[:-1]},
+                      value=np.asarray(arrays[f"{prefix}{b}_value"], dtype=float)) for b in range(n)]
         bias, fill, prior = (np.asarray(arrays[f"{prefix}{k}"], dtype=float) for k in ("bias", "fill", "prior"))
         k = len(prior) if classes is None else classes
         if len(bias) != k or len(prior) != k:
@@ -311,7 +314,7 @@ class TreeCircuit:
         if schema.label is None:
             raise FedpgmError("an FC[DT] model needs a schema with its label")
         self.experts, self.schema, self.combine = experts, schema, combine
-        self.label, self.classes = schema.label, list(schema[schema.label].categories)
+        self.label, self.classes = schema.label, list(schema[schema.label].states)
         self.references = references or {}
         self.info = info or {}
 
@@ -357,7 +360,7 @@ class TreeCircuit:
         arrays = {k: v for i, e in enumerate(self.experts.values()) for k, v in e.arrays(f"{i}_").items()}
         arrays |= {k: v for i, e in enumerate(self.references.values()) for k, v in e.arrays(f"r{i}_").items()}
         with atomic_folder(folder) as tmp:
-            np.savez(tmp / "trees.npz", **arrays)
+            np.savez(tmp / "trees.npz", **cast(dict[str, Any], arrays))  # (names, not savez's options)
             meta["arrays"] = file_record(tmp / "trees.npz")
             (tmp / "trees.json").write_text(json.dumps(meta, indent=1))
 
@@ -383,20 +386,20 @@ class TreeCircuit:
             raise FedpgmError(f"{folder}/trees.json: unknown FC[DT] root {combine!r}; expected mean or product")
         try:
             schema = Schema.from_dict(meta["schema"])
-            k = schema[schema.label].cardinality
+            k = schema.label_feature.cardinality
             entries = {"": meta["experts"], "r": meta.get("references", [])}
         except (KeyError, TypeError, ValueError) as e:
             raise FedpgmError(f"{folder}/trees.json: damaged schema or expert list ({e!r})") from None
-        loaded = {}
+        loaded: dict[str, dict] = {}
         for tag, listed in entries.items():
             loaded[tag] = {}
-            for i, e in enumerate(listed):
-                what = f"{folder}, {'reference of ' if tag else 'client '}'{e.get('client')}'"
-                expert = Expert.from_arrays(arrays, e, k, what, f"{tag}{i}_")
+            for i, entry in enumerate(listed):
+                what = f"{folder}, {'reference of ' if tag else 'client '}'{entry.get('client')}'"
+                expert = Expert.from_arrays(arrays, entry, k, what, f"{tag}{i}_")
                 unknown = [c for c in expert.columns if c not in schema.names or c == schema.label]
                 if unknown:
                     raise FedpgmError(f"{what}: column(s) {unknown} are not features of the model's schema")
-                loaded[tag][e.get("client")] = expert
+                loaded[tag][entry.get("client")] = expert
         return TreeCircuit(loaded[""], schema, meta.get("info"), combine, loaded["r"])
 
 

@@ -169,7 +169,7 @@ def query(
     if pred.ndim == 1:
         answer = pd.DataFrame({f"E[{target}]": pred}, index=frame.index)
     else:
-        answer = pd.DataFrame(pred, index=frame.index, columns=[f"p({target}={c})" for c in f.categories])
+        answer = pd.DataFrame(pred, index=frame.index, columns=[f"p({target}={c})" for c in f.states])
     write_table(answer, out)
 
 

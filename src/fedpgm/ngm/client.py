@@ -41,7 +41,11 @@ def model_message(name: str, model: NGM, **config) -> Message:
 
 
 def model_of(message: Message, where: str) -> NGM:
-    return NGM.from_payload(message.config.get("model"), dict(message.arrays), where)
+    """The NGM a message carries (its document in the config, its weights as arrays), checked."""
+    doc = message.config.get("model")
+    if not isinstance(doc, dict):
+        raise FedpgmError(f"{where} carries no NGM document")
+    return NGM.from_payload(doc, dict(message.arrays), where)
 
 
 @HANDLERS.query("describe")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -102,7 +103,7 @@ class FederatedNGM(FederatedEstimator):
                 "sweeps": self.gibbs_sweeps, "soft": self.soft, "secure_aggregation": self.secure_aggregation,
                 "ngm": ngm}
 
-    def _fit(self, partition: Partition) -> tuple[NGM, dict]:
+    def _fit(self, partition: Partition, **fit_params: Any) -> tuple[NGM, dict]:
         args = self.fit_args()
         if self.backend == "inprocess":
             from fedpgm.federation import InProcessFederation
@@ -126,7 +127,7 @@ class FederatedNGM(FederatedEstimator):
                                   timeout=max(1800.0, 4 * self.timeout), exchange_timeout=self.timeout)
                 released, refusal, info = out["released"], out["refusal"], out["info"]
                 model = NGM.load(tmp / "model") if released else None
-        if not released:
+        if not released or model is None:
             raise FedpgmError(f"no global NGM: {refusal}")
         return model, info
 

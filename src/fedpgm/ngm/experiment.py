@@ -82,9 +82,9 @@ def skew_mask(frame: pd.DataFrame, ds: Dataset, spec: str) -> np.ndarray:
         return v >= np.quantile(v, 0.75)
     op, value = m.group("op"), m.group("value").strip()
     if f.discrete and op in ("=", "==", "!="):
-        if value not in f.categories:
-            raise FedpgmError(f"--skew '{spec}': '{value}' is not a category of {col} {list(f.categories)}")
-        hit = v == f.categories.index(value)
+        if value not in f.states:
+            raise FedpgmError(f"--skew '{spec}': '{value}' is not a category of {col} {list(f.states)}")
+        hit = v == f.states.index(value)
         return ~hit if op == "!=" else hit
     try:
         x = float(value)
@@ -159,8 +159,8 @@ def better_or_close(value: float, reference: float, higher: bool, tol: float) ->
 def comparisons(metrics: dict, clients: list[str], stitched: dict, targets: list[str]) -> dict:
     """The paper's claims, checked: global vs mean client on public-test, global vs each client's
     own model on its test set (5%), stitched vs global on each client's test set."""
-    out = {"global_beats_mean_client_on_public": {}, "global_within_5pct_of_own": {},
-           "stitching_improves": {}}
+    out: dict[str, dict] = {"global_beats_mean_client_on_public": {}, "global_within_5pct_of_own": {},
+                            "stitching_improves": {}}
     for y in targets:
         g = metrics["global"]["public-test"][y]
         mean_client = float(np.mean([primary(metrics[c]["public-test"][y]) for c in clients]))
@@ -202,13 +202,15 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
         times["fedngm"] = time.perf_counter() - t
         report = {"dataset": ds.name, "seed": s.seed, "clients": fed.clients, "shared_features": shared,
                   "withheld": dict(zip(fed.clients, s.withhold)), "skew": dict(zip(fed.clients, s.skew)),
-                  "rows": {c.client_id: {"train": len(c.train), "test": len(c.test)} for c in clients}
+                  "rows": {c.client_id: {"train": len(c.train), "test": 0 if c.test is None else len(c.test)}
+                           for c in clients}
                   | {"public-train": len(public_train), "public-test": len(public_test)},
                   "released": result.released, "refusal": result.refusal, "fedngm": result.info,
                   "graph": s.graph, "ngm_settings": settings.__dict__}
-        if not result.released:
+        if result.global_model is None:  # (not released)
             report["wall_seconds"] = times
             return None, report
+        global_model = result.global_model
         say("stitching each client's withheld feature")
         t = time.perf_counter()
         replies = fed.broadcast("stitch", config={"targets": s.targets}).require_all()
@@ -223,9 +225,9 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     times["global_public"] = time.perf_counter() - t
     t = time.perf_counter()
     pooled = pd.concat([c.train[shared] for c in clients])
-    central = NGM.fit(pooled, result.global_model.schema, result.merged, settings)
+    central = NGM.fit(pooled, global_model.schema, result.merged, settings)
     times["centralized"] = time.perf_counter() - t
-    models = {**result.client_models, "global": result.global_model, "global+public": with_public,
+    models = {**result.client_models, "global": global_model, "global+public": with_public,
               "centralized": central}
     tests = {c.client_id: c.test for c in clients} | {"public-test": public_test}
     say("evaluating every model on every test set")
@@ -241,8 +243,8 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
         plot_graphs({**{c: g.subgraph(shared) for c, g in result.client_graphs.items()},
                      "merged": result.merged}, Path(plot_dir) / "ngm_graphs.png")
     if out is not None:
-        result.global_model.save(out)
-    return result.global_model, report
+        global_model.save(out)
+    return global_model, report
 
 
 

@@ -7,6 +7,8 @@ one ``primary`` metric (MAE, AUC, micro precision) and whether higher is better.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 from sklearn.metrics import average_precision_score, precision_score, recall_score, roc_auc_score
@@ -28,6 +30,7 @@ def target_metrics(model, frame: pd.DataFrame, target: str, mode: str = "direct"
     evidence = rows[[c for c in rows.columns if c in model.schema and c != target]]
     pred = model.predict(evidence, target, mode=mode)
     kind = target_kind(model, target)
+    out: dict[str, Any]
     if kind == "numeric":
         err = pred - truth
         out = {"mae": float(np.abs(err).mean()), "rmse": float(np.sqrt((err ** 2).mean()))}
@@ -42,5 +45,5 @@ def target_metrics(model, frame: pd.DataFrame, target: str, mode: str = "direct"
                for m, fn in (("precision", precision_score), ("recall", recall_score))
                for avg in ("micro", "macro")}
     name, higher = PRIMARY[kind]
-    out.update(kind=kind, primary=name, higher_is_better=higher, rows=int(len(rows)))
+    out.update({"kind": kind, "primary": name, "higher_is_better": higher, "rows": int(len(rows))})
     return out

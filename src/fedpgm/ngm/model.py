@@ -652,5 +652,6 @@ class NGM:
             raise FedpgmError(f"{folder}: cannot read the model ({e}); write it again") from None
         check_finite(arrays, str(folder))
         model = NGM.from_payload(doc, arrays, str(folder))
-        model.meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+        meta = doc.get("meta")
+        model.meta = meta if isinstance(meta, dict) else {}
         return model

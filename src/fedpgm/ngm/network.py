@@ -50,12 +50,10 @@ class NGMNet(nn.Module):
         input i to output j (the paper's product). ``normalised``: each factor's rows scaled to
         unit L2 norm first (the reference code's form, which NGR's sparsity term needs: every
         input then carries the same mass, so the L1 norm measures how spread it is)."""
-        P = None
-        for w in self.weights:
-            factor = w.abs().T
-            if normalised:
-                factor = F.normalize(factor, dim=1)
-            P = factor if P is None else P @ factor
+        factors = [F.normalize(w.abs().T, dim=1) if normalised else w.abs().T for w in self.weights]
+        P = factors[0]
+        for factor in factors[1:]:
+            P = P @ factor
         return P
 
     def freeze(self, frozen: list[torch.Tensor], frozen_bias: list[torch.Tensor]) -> None:
@@ -63,7 +61,7 @@ class NGMNet(nn.Module):
         self.frozen, self.frozen_bias = frozen, frozen_bias
 
     def mask_gradients(self) -> None:
-        if self.frozen is None:
+        if self.frozen is None or self.frozen_bias is None:
             return
         for p, m in zip(self.weights, self.frozen):
             if p.grad is not None:

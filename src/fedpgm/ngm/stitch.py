@@ -71,6 +71,8 @@ class BestPerFeature:
             for l, (w, b) in enumerate(zip(net.weights, net.biases)):
                 ow, ob = self.owner[l]
                 for j, state in enumerate(self.state):
+                    if state is None:  # (a feature with no best epoch yet keeps its weights)
+                        continue
                     mw, mb = torch.as_tensor(ow == j), torch.as_tensor(ob == j)
                     w[mw] = state[l][0][mw]
                     b[mb] = state[l][1][mb]
