@@ -4,7 +4,9 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
+import numpy as np
 import pytest
 
 
@@ -167,13 +169,18 @@ def test_help_and_version_start_without_the_heavy_libraries():
 def test_progress_without_a_terminal_prints_one_line_per_update(capsys):
     from fedpgm.cli_common import stages
 
-    with stages("F-CM on asia", total=3) as update:
+    with stages("F-CM on asia", total=4) as update:
+        time.sleep(0.2)
         update(description="F-CM on asia: val task loss 0.700", completed=1)
+        time.sleep(0.2)
         update(completed=2)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 3
     assert re.fullmatch(r"\[ +\d+\.\d s\] F-CM on asia", lines[0])
-    assert lines[1].endswith("] F-CM on asia: val task loss 0.700 (1/3)") and lines[2].endswith("] F-CM on asia: val task loss 0.700 (2/3)")
+    first = re.fullmatch(r"\[ +(\S+) s\] F-CM on asia: val task loss 0.700 \(1/4; at most (\d+) s left at this pace\)",
+                         lines[1])
+    assert first and float(first[1]) >= 0.2 and abs(int(first[2]) - 3 * float(first[1])) <= 1  # 3 more at its pace
+    assert re.fullmatch(r".* \(2/4; at most \d+ s left at this pace\)", lines[2])
 
 
 def test_enumerated_options_list_their_values_and_refuse_others(cli):
@@ -219,3 +226,18 @@ def test_enumerated_options_list_their_values_and_refuse_others(cli):
     assert code == 2 and "'diagonal' is not one of 'horizontal', 'vertical', 'hybrid'" in err
     code, _, err = cli("concepts", "fit", "bn:asia", "--model", "xyz")  # refused before any work
     assert code == 2 and "'xyz' is not one of 'cbm', 'cem', 'cgm', 'c2bm', 'opaque'" in err
+
+
+def test_federation_moments_writes_the_report_schema(cli, tmp_path, read_report):
+    from fedpgm.data import load_dataset
+
+    assert cli("partition", "wine", "--split", "horizontal", "--clients", "3", "--out", tmp_path / "p")[0] == 0
+    code, out, err = cli("federation", "moments", tmp_path / "p", "--json", tmp_path / "m.json")
+    assert code == 0, err
+    report = read_report(tmp_path / "m.json", "federation moments")
+    pooled = load_dataset("wine", seed=0).train
+    m = report["metrics"]
+    assert m["n"] == len(pooled) and report["settings"]["backend"] == "inprocess"
+    columns = report["details"]["columns"]
+    np.testing.assert_allclose(m["mean"], pooled[columns].mean().to_numpy(), rtol=1e-10)
+    assert report["communication"]["messages"] == 12 and report["communication"]["bytes_up"] > 0

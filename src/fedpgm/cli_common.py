@@ -15,7 +15,7 @@ from typing import Annotated, Callable, Iterator, Optional
 import click
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fedpgm.errors import FedpgmError
 
@@ -61,11 +61,14 @@ log_console = Console(stderr=True, highlight=False)  # progress lines when there
 @contextmanager
 def stages(text: str, total: int | None = None) -> Iterator[Callable[..., None]]:
     """Progress of a long command, updated by ``update(description=..., completed=...)``: on a
-    terminal a spinner (or a bar out of ``total``) with the elapsed time; without one (a log
-    file, CI) one line per update on stderr, with the seconds since the start."""
+    terminal a spinner (or a bar out of ``total`` with the time left at the pace so far) and the
+    elapsed time; without one (a log file, CI) one line per update on stderr, with the seconds
+    since the start and, out of ``total``, the most seconds left at that pace (early stopping can
+    end sooner)."""
     if console.is_terminal:
         head = ([SpinnerColumn(), TextColumn("{task.description}")] if total is None else
-                [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")])
+                [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                 TextColumn("left at most"), TimeRemainingColumn()])
         with Progress(*head, TimeElapsedColumn(), console=console, transient=True) as bar:
             task = bar.add_task(text, total=total)
             yield lambda description=None, completed=None: bar.update(task, description=description,
@@ -75,8 +78,13 @@ def stages(text: str, total: int | None = None) -> Iterator[Callable[..., None]]
 
     def line(description: str | None = None, completed: int | None = None) -> None:
         current[0] = description or current[0]
-        count = f" ({completed}/{total})" if completed is not None and total else ""
-        log_console.print(f"[{time.perf_counter() - start:7.1f} s] {current[0]}{count}", markup=False)
+        elapsed = time.perf_counter() - start
+        count = ""
+        if completed is not None and total:
+            left = elapsed / completed * (total - completed) if completed > 0 else None
+            count = f" ({completed}/{total}" + (f"; at most {left:.0f} s left at this pace)" if left is not None
+                                                else ")")
+        log_console.print(f"[{elapsed:7.1f} s] {current[0]}{count}", markup=False, soft_wrap=True)  # one line each
 
     line()
     yield line

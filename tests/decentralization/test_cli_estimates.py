@@ -47,3 +47,15 @@ def test_cli_bad_input(cli):
                           (["estimate", "synthetic:gmm"], "needs a discrete label")):
         code, _, err = cli("decentralization", *args)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cli_estimate_writes_the_report_schema(cli, tmp_path, read_report):
+    code, out, err = cli("decentralization", "estimate", "breast_cancer", "--clients", "2", "--min-instances", "50",
+                         "--threshold", "0.1", "--rounds", "50", "--json", tmp_path / "e.json")
+    assert code == 0, err
+    report = read_report(tmp_path / "e.json", "decentralization estimate")
+    direct = estimate("breast_cancer", clients=2, seed=0, min_instances=50, threshold=0.1, rounds=50)
+    assert report["metrics"]["CL/CI"]["log_loss_nats"] == direct["CL/CI"]["log_loss_nats"]
+    assert report["settings"]["bootstrap_rounds"] == 50 and report["settings"]["learner"]["min_instances_slice"] == 50
+    assert set(report["details"]["agents"]) == {"client-0", "client-1"}
+    assert max(len(line) for line in out.splitlines()) <= 80  # the per-agent table fits 80 columns
