@@ -96,7 +96,7 @@ def test_estimator_api(mixed):
     assert model.get_params() == {"min_instances_slice": 200, "threshold": 0.3, "leaf": "gaussian", "seed": 3,
                                   "precision": "float64", "min_std_fraction": 0.01, "by_label": False, "min_leaf_rows": 1}
     model.set_params(threshold=0.2)
-    with pytest.raises(FedpgmError, match="unknown parameter 'depth'"):
+    with pytest.raises(FedpgmError, match=r"unknown parameter\(s\) \['depth'\]"):
         model.set_params(depth=3)
     model.fit(mixed.train, mixed.schema)
     draws = model.sample(2000, seed=1)

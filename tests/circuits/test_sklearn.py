@@ -26,7 +26,7 @@ def test_clone_params_and_not_fitted():
     assert set(RatSPN().get_params()) >= {"depth", "repetitions", "restarts", "em_iterations"}
     with pytest.raises(NotFittedError, match="not fitted yet; call fit first"):
         model.score(np.zeros((2, 8)))
-    with pytest.raises(FedpgmError, match="unknown parameter 'depth'"):
+    with pytest.raises(FedpgmError, match=r"unknown parameter\(s\) \['depth'\]"):
         model.set_params(depth=3)
 
 

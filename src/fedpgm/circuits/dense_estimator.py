@@ -28,8 +28,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from fedpgm.circuits import dense_train
 from fedpgm.circuits.dense import DenseCircuit
@@ -40,6 +39,7 @@ from fedpgm.circuits.region_graph import STRUCTURES, build
 from fedpgm.data import images
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
+from fedpgm.params import CheckedParams
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -53,7 +53,7 @@ def resolve_device(device: str) -> torch.device:
                         "cpu" if device == "auto" else device)
 
 
-class DensePC(BaseEstimator):
+class DensePC(CheckedParams):
     """Dense circuit learner; see the module doc."""
 
     _parameter_constraints: dict = {
@@ -86,10 +86,7 @@ class DensePC(BaseEstimator):
         self.min_var, self.max_var, self.device, self.seed = min_var, max_var, device, seed
 
     def check_params(self) -> "DensePC":
-        try:
-            self._validate_params()
-        except InvalidParameterError as e:
-            raise FedpgmError(str(e)) from None
+        super().check_params()
         if self.min_var >= self.max_var:
             raise FedpgmError(f"min_var ({self.min_var}) must be below max_var ({self.max_var})")
         resolve_device(self.device)

@@ -20,9 +20,8 @@ from numbers import Integral, Real
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
-from sklearn.utils._param_validation import InvalidParameterError, Interval, StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
 from fedpgm.circuits import queries
@@ -35,6 +34,7 @@ from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
+from fedpgm.params import CheckedParams
 
 
 def as_matrix(X, schema: Schema) -> np.ndarray:
@@ -57,7 +57,7 @@ class NotFitted(FedpgmError, NotFittedError):
 TARGET = "target"  # the label column added by ``fit(X, y)``
 
 
-class CircuitEstimator(BaseEstimator, ABC):
+class CircuitEstimator(CheckedParams, ABC):
     """Shared query API; subclasses implement ``_learn(schema, X, floors) -> Circuit``."""
 
     precision = "float64"
@@ -67,22 +67,6 @@ class CircuitEstimator(BaseEstimator, ABC):
         "min_std_fraction": [Interval(Real, 0, None, closed="left")],
         "leaf": [StrOptions(set(CONTINUOUS_LEAVES))],
     }
-
-    def check_params(self) -> "CircuitEstimator":
-        """Every parameter within its allowed range (scikit-learn's own validation), or a
-        ``FedpgmError`` that names the parameter."""
-        try:
-            self._validate_params()
-        except InvalidParameterError as e:
-            raise FedpgmError(str(e)) from None
-        return self
-
-    def set_params(self, **params) -> "CircuitEstimator":
-        known = self._get_param_names()
-        for k in params:
-            if k not in known:
-                raise FedpgmError(f"unknown parameter '{k}'; parameters are {known}")
-        return super().set_params(**params)
 
     def fit(self, X, y=None, schema: Schema | None = None, reference=None) -> "CircuitEstimator":
         """Learn from ``X`` (and class labels ``y``). Continuous leaves keep a std of at least

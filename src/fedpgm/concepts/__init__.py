@@ -2,7 +2,7 @@
 (CBM, CEM, CGM, C2BM, opaque) whose concept set and graph grow as clients join, graph aggregation,
 module-wise FedAvg, interventions and DP-SGD client updates."""
 
-import importlib
+from fedpgm.lazy import exports
 
 # imported on first use, so that `fedpgm --help` (which imports fedpgm.concepts.cli) loads no torch
 _WHERE = {"FederatedCM": "fedpgm.concepts.estimator", "ConceptModel": "fedpgm.concepts.models",
@@ -10,8 +10,4 @@ _WHERE = {"FederatedCM": "fedpgm.concepts.estimator", "ConceptModel": "fedpgm.co
           "run_fcm": "fedpgm.concepts.experiment"}
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'fedpgm.concepts' has no attribute {name!r}")
+__getattr__ = exports(__name__, _WHERE)

@@ -6,16 +6,13 @@ Names are imported on first use, so that importing one light submodule (the CLI'
 ``fedpgm.federation.lifecycle``) loads no numpy, pandas or torch.
 """
 
-import importlib
+from fedpgm.lazy import exports
 
-_WHERE = {"ClientFailed": "base", "ClientFailure": "base", "Federation": "base", "Replies": "base",
-          "CodecError": "codec", "Message": "codec", "decode": "codec", "encode": "codec",
-          "ClientContext": "handlers", "HandlerSet": "handlers", "InProcessFederation": "inprocess",
-          "Ledger": "ledger", "PrivacyAudit": "privacy", "PrivacyViolation": "privacy", "align_rows": "psi"}
+_MODULE_OF = {"ClientFailed": "base", "ClientFailure": "base", "Federation": "base", "Replies": "base",
+              "CodecError": "codec", "Message": "codec", "decode": "codec", "encode": "codec",
+              "ClientContext": "handlers", "HandlerSet": "handlers", "InProcessFederation": "inprocess",
+              "Ledger": "ledger", "PrivacyAudit": "privacy", "PrivacyViolation": "privacy", "align_rows": "psi"}
+_WHERE = {name: f"fedpgm.federation.{module}" for name, module in _MODULE_OF.items()}
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"fedpgm.federation.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'fedpgm.federation' has no attribute {name!r}")
+__getattr__ = exports(__name__, _WHERE)

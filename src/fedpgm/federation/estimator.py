@@ -20,12 +20,12 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
-from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from fedpgm.data.partition import Partition, read_partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.apps import BACKENDS
+from fedpgm.params import CheckedParams
 
 
 def as_partition(federation) -> Partition:
@@ -39,7 +39,7 @@ def as_partition(federation) -> Partition:
                       "(fedpgm.circuits.LearnSPN) or through fedpgm.data.partition first")
 
 
-class FederatedEstimator(BaseEstimator, ABC):
+class FederatedEstimator(CheckedParams, ABC):
     """Shared ``fit(federation)``, parameter checks and fitted-state checks; a family implements
     ``_fit(partition) -> (model, info)``, ``info`` holding the fit's communication and timing."""
 
@@ -48,21 +48,6 @@ class FederatedEstimator(BaseEstimator, ABC):
         "backend": [StrOptions(set(BACKENDS))],
         "timeout": [Interval(Real, 0, None, closed="neither")],
     }
-
-    def check_params(self) -> "FederatedEstimator":
-        """Every parameter within its allowed range, or a ``FedpgmError`` that names it."""
-        try:
-            self._validate_params()
-        except InvalidParameterError as e:
-            raise FedpgmError(str(e)) from None
-        return self
-
-    def set_params(self, **params) -> "FederatedEstimator":
-        known = self._get_param_names()
-        unknown = [k for k in params if k not in known]
-        if unknown:
-            raise FedpgmError(f"unknown parameter(s) {unknown}; parameters are {known}")
-        return super().set_params(**params)
 
     def fit(self, federation, y=None, **fit_params) -> "FederatedEstimator":
         """Learn from the clients of ``federation`` (a ``Partition`` or a partition folder); their

@@ -9,15 +9,11 @@ assembly, split evaluation) and ``fedpgm.fedpc.client`` the client handlers.
 bagged or boosted decision trees under a mean or product root.
 """
 
-import importlib
+from fedpgm.lazy import exports
 
 # imported on first use, so that `fedpgm --help` (which imports fedpgm.fedpc.cli) loads no torch
 _WHERE = {"FedPC": "fedpgm.fedpc.model", "fit_fedpc": "fedpgm.fedpc.server", "FederatedPC": "fedpgm.fedpc.estimator",
           "TreeCircuit": "fedpgm.fedpc.trees", "fit_fcdt": "fedpgm.fedpc.trees"}
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'fedpgm.fedpc' has no attribute {name!r}")
+__getattr__ = exports(__name__, _WHERE)
