@@ -185,7 +185,7 @@ def test_progress_without_a_terminal_prints_one_line_per_update(capsys):
 
 def test_enumerated_options_list_their_values_and_refuse_others(cli):
     from fedpgm.cli_common import CHOICES
-    from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES
+    from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES, LEAF_MODELS
     from fedpgm.circuits.dense_estimator import DEVICES
     from fedpgm.circuits.dense_inputs import INPUTS
     from fedpgm.circuits.dense_train import METHODS
@@ -209,7 +209,7 @@ def test_enumerated_options_list_their_values_and_refuse_others(cli):
 
     assert CHOICES == {"split": SPLITS, "scheme": HORIZONTAL_SCHEMES, "backend": BACKENDS, "glue": GLUES,
                        "placement": PLACEMENTS, "align": ALIGNMENTS, "tree_root": COMBINES, "ensemble": ENSEMBLES,
-                       "leaf": CONTINUOUS_LEAVES, "missing": MISSING_POLICIES, "graph": GRAPH_METHODS,
+                       "leaf": CONTINUOUS_LEAVES, "leaf_model": LEAF_MODELS, "missing": MISSING_POLICIES, "graph": GRAPH_METHODS,
                        "ngm_mode": MODES, "model": KINDS, "regime": REGIMES, "dp_scope": DP_SCOPES,
                        "protocol": PROTOCOLS, "select": SELECTIONS, "structure": STRUCTURES, "inputs": INPUTS,
                        "train": METHODS, "device": DEVICES, "regions": IMAGE_SPLITS,

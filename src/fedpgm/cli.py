@@ -14,7 +14,7 @@ from rich.table import Table
 
 from fedpgm.federation.apps import BACKEND_HELP, check_backend
 from fedpgm.cli_common import (BatchSize, Device, Epochs, Inputs, Pieces, Structure, TrainMethod, Units,
-                               dense_params, AnswersOut, DataDir, Evidence, Force, Label, Missing, Mpe,  # noqa: F401
+                               dense_params, AnswersOut, DataDir, Evidence, Force, Label, LeafModel, Missing, Mpe,  # noqa: F401
                                QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
                                console, finish, load, one_of, prepare_outputs, stages)
 from fedpgm.errors import FedpgmError
@@ -206,6 +206,7 @@ def pc_fit(
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram (Mixed SPN)",
                                       click_type=one_of("leaf"))] = "gaussian",
+    leaf_model: LeafModel = "univariate",
     depth: Annotated[int, typer.Option(help="RAT-SPN: region-graph depth")] = 2,
     repetitions: Annotated[int, typer.Option(help="RAT-SPN: repetitions")] = 4,
     em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
@@ -238,7 +239,8 @@ def pc_fit(
     if select is not None and learner != "learnspn":
         raise FedpgmError("--select chooses LearnSPN's settings; use it with --learner learnspn")
     dense = learner in DENSE_LEARNERS
-    params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "seed": seed}
+    params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "leaf_model": leaf_model,
+               "seed": seed}
               if learner == "learnspn" else
               dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed) if dense else
               {"depth": depth, "repetitions": repetitions, "em_iterations": em_iterations, "leaf": leaf,

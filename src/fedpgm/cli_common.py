@@ -34,6 +34,7 @@ CHOICES = {
     "tree_root": ("auto", "mean", "product"),  # fedpgm.fedpc.trees.COMBINES
     "ensemble": ("bagging", "boosting"),  # fedpgm.fedpc.trees.ENSEMBLES
     "leaf": ("gaussian", "histogram"),  # fedpgm.circuits.learnspn.CONTINUOUS_LEAVES
+    "leaf_model": ("univariate", "chow-liu"),  # fedpgm.circuits.learnspn.LEAF_MODELS
     "missing": ("keep", "impute"),  # fedpgm.data.dataset.MISSING_POLICIES
     "graph": ("glasso", "bn", "ngr"),  # fedpgm.ngm.graph.GRAPH_METHODS
     "ngm_mode": ("direct", "iterative"),  # fedpgm.ngm.model.MODES
@@ -188,6 +189,11 @@ def finish(command: str, result: dict | list, json_out: Path | None = None, *, s
     if show:
         render(report, console)
     return report
+
+
+LeafModel = Annotated[str, typer.Option(help="LearnSPN: a slice that stops splitting is modelled by univariate "
+                                             "leaves or by a Chow-Liu tree over its discrete variables (ID-SPN "
+                                             "style)", click_type=one_of("leaf_model"))]
 
 
 # Dense circuits (learner pd, fedpgm.circuits.dense_estimator.DensePC): the defaults are the FedPC

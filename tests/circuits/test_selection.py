@@ -17,7 +17,9 @@ def test_the_starting_rule():
     assert default_settings(16181, 16) == {"min_instances_slice": 127, "threshold": 0.1}  # nltcs
     assert default_settings(1600, 180) == {"min_instances_slice": 40, "threshold": 0.3}  # dna: few rows per column
     assert default_settings(50, 3) == {"min_instances_slice": 10, "threshold": 0.3}
-    assert len(candidates(16181, 16)) == 12
+    assert len(candidates(16181, 16)) == 12 and {c["leaf_model"] for c in candidates(16181, 16)} == {"univariate"}
+    both = candidates(16181, 16, discrete=16)  # discrete data: every point with both leaf models
+    assert len(both) == 24 and {c["leaf_model"] for c in both} == {"univariate", "chow-liu"}
 
 
 def test_successive_halving_keeps_the_best_and_refits_it_on_every_row(mixed):
@@ -25,12 +27,13 @@ def test_successive_halving_keeps_the_best_and_refits_it_on_every_row(mixed):
     model, report = select_learnspn(train, valid, ds.schema, budget_s=600, seed=0)
     rows = [t["rows"] for t in report["tried"]]
     n = len(train)
-    assert rows.count(round(RUNGS[0] * n)) == len(candidates(n, len(ds.schema)))  # every candidate, cheaply
-    assert rows.count(round(RUNGS[1] * n)) == round(len(candidates(n, len(ds.schema))) / 3)
+    grid = candidates(n, len(ds.schema), sum(f.discrete for f in ds.schema.features))
+    assert rows.count(round(RUNGS[0] * n)) == len(grid)  # every candidate, cheaply
+    assert rows.count(round(RUNGS[1] * n)) == round(len(grid) / 3)
     assert rows.count(n) == 2  # the best two of the second rung on every row
     full = [t for t in report["tried"] if t["rows"] == n]
     winner = max(full, key=lambda t: t["valid_loglik"])
-    assert report["chosen"] == {"min_instances_slice": winner["min_instances_slice"], "threshold": winner["threshold"]}
+    assert report["chosen"] == {k: winner[k] for k in ("min_instances_slice", "threshold", "leaf_model")}
     refit = LearnSPN(**report["chosen"], seed=0).fit(train, ds.schema)
     assert model.score(valid) == pytest.approx(refit.score(valid), abs=1e-9) == pytest.approx(winner["valid_loglik"])
     assert report["over_budget_s"] == 0.0
@@ -50,7 +53,7 @@ def test_pc_fit_select_on_the_command_line(cli, tmp_path, read_report):
                        "--json", tmp_path / "r.json")
     assert code == 0, err
     report = read_report(tmp_path / "r.json", "pc fit")
-    selection = report["metrics"]["selection"]
+    selection = report["details"]["selection"]  # (its chosen settings hold text: the leaf model)
     assert report["settings"]["params"]["min_instances_slice"] == selection["chosen"]["min_instances_slice"]
     assert selection["tried"]
     code, _, err = cli("pc", "fit", "wine", "--learner", "ratspn", "--select", "validation")

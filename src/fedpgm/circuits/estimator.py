@@ -29,7 +29,7 @@ from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.em import em_best_of
 from fedpgm.circuits.io import load_circuit, save_circuit
 from fedpgm.circuits.leaves import MIN_STD_FRACTION, std_floors
-from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES, learn_spn
+from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES, LEAF_MODELS, learn_spn
 from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Feature, Schema
@@ -230,19 +230,21 @@ class LearnSPN(CircuitEstimator):
         "threshold": [Interval(Real, 0, 1, closed="both")],
         "by_label": ["boolean"],
         "min_leaf_rows": [Interval(Integral, 1, None, closed="left")],
+        "leaf_model": [StrOptions(set(LEAF_MODELS))],
     }
 
     def __init__(self, min_instances_slice: int = 100, threshold: float = 0.3, leaf: str = "gaussian",
                  seed: int = 0, precision: str = "float64", min_std_fraction: float = MIN_STD_FRACTION,
-                 by_label: bool = False, min_leaf_rows: int = 1) -> None:
+                 by_label: bool = False, min_leaf_rows: int = 1, leaf_model: str = "univariate") -> None:
         self.min_instances_slice, self.threshold, self.leaf, self.seed = (
             min_instances_slice, threshold, leaf, seed)
         self.precision, self.min_std_fraction, self.by_label = precision, min_std_fraction, by_label
         self.min_leaf_rows = min_leaf_rows
+        self.leaf_model = leaf_model
 
     def _learn(self, schema, X, floors):
         return learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed, floors=floors,
-                         by_label=self.by_label, min_leaf_rows=self.min_leaf_rows)
+                         by_label=self.by_label, min_leaf_rows=self.min_leaf_rows, leaf_model=self.leaf_model)
 
 
 class RatSPN(CircuitEstimator):

@@ -9,6 +9,10 @@ weighted by the cluster sizes. Missing values (NaN) are ignored by leaf fits and
 the slice mean for RDC and clustering. ``leaf="histogram"`` gives the Mixed-SPN variant
 (piecewise-constant continuous leaves).
 
+``leaf_model="chow-liu"``: a slice that stops splitting models its discrete variables by a
+Chow-Liu tree (``fedpgm.circuits.chow_liu``, as ID-SPN does) instead of independent leaves; its
+continuous variables keep univariate leaves.
+
 ``by_label=True`` (with a labelled schema) makes the root a sum over the label's values, each
 child the product of the label's leaf and a circuit learned on that class's rows: a generative
 classifier p(y) p(x | y) whose every class gets its own structure. Plain LearnSPN may never
@@ -21,6 +25,7 @@ import numpy as np
 from scipy.sparse.csgraph import connected_components
 from sklearn.cluster import KMeans
 
+from fedpgm.circuits.chow_liu import add_tree, chow_liu
 from fedpgm.circuits.leaves import default_leaf, leaf_type, std_floors
 from fedpgm.circuits.rdc import rdc_matrix
 from fedpgm.circuits.structure import Circuit
@@ -28,6 +33,7 @@ from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 
 CONTINUOUS_LEAVES = ("gaussian", "histogram")  # leaf kinds for continuous variables
+LEAF_MODELS = ("univariate", "chow-liu")  # how a slice that stops splitting is modelled
 
 
 def fit_leaf(c: Circuit, X: np.ndarray, rows: np.ndarray, var: int, continuous: str, min_std: float) -> int:
@@ -43,7 +49,8 @@ class LearnSPNBuilder:
     independence, else rows by clustering, until a slice has fewer than ``min_instances_slice`` rows;
     builds a ``Circuit``."""
     def __init__(self, schema: Schema, X: np.ndarray, min_instances_slice: int, threshold: float,
-                 leaf: str, seed: int, floors: np.ndarray, progress=None, min_leaf_rows: int = 1) -> None:
+                 leaf: str, seed: int, floors: np.ndarray, progress=None, min_leaf_rows: int = 1,
+                 leaf_model: str = "univariate") -> None:
         self.c = Circuit(schema)
         self.X = X
         self.floors = floors
@@ -52,10 +59,19 @@ class LearnSPNBuilder:
         self.rng = np.random.default_rng(seed)
         self.progress = progress
         self.min_leaf_rows = min_leaf_rows
+        self.leaf_model = leaf_model
 
     def naive(self, rows: np.ndarray, scope: list[int]) -> int:
-        leaves = [fit_leaf(self.c, self.X, rows, v, self.leaf, self.floors[v]) for v in scope]
-        return leaves[0] if len(leaves) == 1 else self.c.product(leaves)
+        """The slice's end: independent leaves, or (``leaf_model="chow-liu"``) a Chow-Liu tree over
+        its discrete variables times leaves of the continuous ones."""
+        discrete = [v for v in scope if self.cards[v] > 0]
+        tree = self.leaf_model == "chow-liu" and len(discrete) > 1
+        alone = [v for v in scope if not (tree and v in discrete)]
+        parts = [fit_leaf(self.c, self.X, rows, v, self.leaf, self.floors[v]) for v in alone]
+        if tree:
+            parent, cpts = chow_liu(self.X[np.ix_(rows, np.asarray(discrete))], [self.cards[v] for v in discrete])
+            parts.append(add_tree(self.c, discrete, parent, cpts))
+        return parts[0] if len(parts) == 1 else self.c.product(parts)
 
     def slice(self, rows: np.ndarray, scope: list[int]) -> np.ndarray:
         data = self.X[np.ix_(rows, np.asarray(scope, dtype=int))]
@@ -121,7 +137,7 @@ class LearnSPNBuilder:
 
 def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, threshold: float = 0.3,
               leaf: str = "gaussian", seed: int = 0, progress=None, floors: np.ndarray | None = None,
-              by_label: bool = False, min_leaf_rows: int = 1) -> Circuit:
+              by_label: bool = False, min_leaf_rows: int = 1, leaf_model: str = "univariate") -> Circuit:
     """Learn a circuit over all of ``schema``'s variables from ``X`` (rows, variables); a
     continuous leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``). No row
     split leaves a part with fewer than ``min_leaf_rows`` rows, so (given ``X`` has that many)
@@ -132,6 +148,8 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
         raise FedpgmError(f"threshold must lie in [0, 1] (an RDC value), got {threshold}")
     if leaf not in CONTINUOUS_LEAVES:
         raise FedpgmError(f"continuous leaf must be 'gaussian' or 'histogram', got '{leaf}'")
+    if leaf_model not in LEAF_MODELS:
+        raise FedpgmError(f"leaf_model must be one of {LEAF_MODELS}, got '{leaf_model}'")
     X = np.asarray(X, dtype=float)
     if X.ndim != 2 or X.shape[1] != len(schema) or len(X) == 0:
         raise FedpgmError(f"training data must be (rows > 0, {len(schema)}), got shape {X.shape}")
@@ -142,7 +160,7 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
     if min_leaf_rows < 1:
         raise FedpgmError(f"min_leaf_rows must be >= 1, got {min_leaf_rows}")
     builder = LearnSPNBuilder(schema, X, min_instances_slice, threshold, leaf, seed, floors, progress,
-                              min_leaf_rows)
+                              min_leaf_rows, leaf_model)
     everything = np.arange(len(X))
     if by_label and schema.label is not None:
         builder.learn_by_label(everything, schema.index(schema.label))

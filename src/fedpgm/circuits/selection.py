@@ -10,7 +10,8 @@ baudio, (95, 0.1) jester, (40, 0.3) dna; their best grid points were (100, 0.05)
 
 ``select_learnspn`` searches around it by successive halving (Jamieson and Talwalkar 2016): every
 candidate of a grid (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, thresholds 0.05,
-0.1, 0.2, 0.3) is learned on a quarter of the training rows (its slice minimum scaled with them)
+0.1, 0.2, 0.3, and with two or more discrete variables both leaf models: univariate leaves or
+Chow-Liu trees, ``fedpgm.circuits.chow_liu``) is learned on a quarter of the training rows (its slice minimum scaled with them)
 and scored on the validation rows; the best third goes on to half the rows, the best two to all
 of them, and the best of those on validation wins. A hopeless candidate is thus stopped after
 its cheapest fit. The budget bounds the whole search: no fit starts that would end past it (its
@@ -29,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from fedpgm.circuits.estimator import LearnSPN
+from fedpgm.circuits.learnspn import LEAF_MODELS
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 
@@ -45,10 +47,14 @@ def default_settings(rows: int, columns: int) -> dict:
             "threshold": 0.3 if rows < 20 * columns else 0.1}
 
 
-def candidates(rows: int, columns: int) -> list[dict]:
+def candidates(rows: int, columns: int, discrete: int = 0) -> list[dict]:
+    """The grid around the starting rule; with ``discrete`` >= 2 variables, each point with both
+    leaf models."""
     base = default_settings(rows, columns)["min_instances_slice"]
     mins = sorted({max(10, round(base * s)) for s in MIN_SCALES})
-    return [{"min_instances_slice": m, "threshold": t} for m in mins for t in THRESHOLDS]
+    models = LEAF_MODELS if discrete >= 2 else LEAF_MODELS[:1]
+    return [{"min_instances_slice": m, "threshold": t, "leaf_model": lm} for lm in models for m in mins
+            for t in THRESHOLDS]
 
 
 def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, budget_s: float = 120.0,
@@ -62,7 +68,7 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
     start = time.perf_counter()
     order = np.random.default_rng(seed).permutation(len(train))
     tried: list[dict] = []
-    alive = candidates(len(train), len(schema))
+    alive = candidates(len(train), len(schema), sum(f.discrete for f in schema.features))
     leader = None  # (validation score, settings): the best of the last rung run
     final = None  # (validation score, settings, model) of the best fit on every row
     cost: dict = {}  # settings -> seconds of its last fit, per row

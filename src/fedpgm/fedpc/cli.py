@@ -11,8 +11,8 @@ from rich.table import Table
 
 from fedpgm.federation.apps import BACKEND_HELP
 from fedpgm.cli_common import (AnswersOut, BatchSize, DataDir, Device, Epochs, Evidence, Force, Inputs, Label,
-                               Missing, Mpe, Pieces, QueryColumns, Rows, Structure, TrainMethod, Units, dense_params,
-                               SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
+                               LeafModel, Missing, Mpe, Pieces, QueryColumns, Rows, Structure, TrainMethod, Units,
+                               dense_params, SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
                                console, finish, load, one_of, prepare_outputs, stages)
 from fedpgm.errors import FedpgmError
 
@@ -64,6 +64,7 @@ def fit(
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram",
                                       click_type=one_of("leaf"))] = "gaussian",
+    leaf_model: LeafModel = "univariate",
     by_label: Annotated[bool, typer.Option(help="LearnSPN: root sum over the label's values, one structure "
                                                 "per class (a generative classifier p(y) p(x | y))")] = False,
     em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
@@ -118,7 +119,8 @@ def fit(
         raise FedpgmError("--out saves an assembled model; with --placement split the circuits stay at "
                           "the clients, so use --placement server to save one")
     by_learner: dict[str, dict] = {
-        "learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "by_label": by_label},
+        "learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "by_label": by_label,
+                     "leaf_model": leaf_model},
         "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root, "trees": trees,
                  "ensemble": ensemble},
         "pd": dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed)}
