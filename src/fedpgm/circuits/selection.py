@@ -11,8 +11,8 @@ baudio, (95, 0.1) jester, (40, 0.3) dna; their best grid points were (100, 0.05)
 ``select_learnspn`` searches around it by successive halving (Jamieson and Talwalkar 2016): every
 candidate of a grid (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, thresholds 0.05,
 0.1, 0.2, 0.3, and with two or more discrete variables both leaf models: univariate leaves or
-Chow-Liu trees, ``fedpgm.circuits.chow_liu``) is learned on a quarter of the training rows (its slice minimum scaled with them)
-and scored on the validation rows; the best third goes on to half the rows, the best two to all
+Chow-Liu trees, ``fedpgm.circuits.chow_liu``) is learned on a quarter of the training rows
+(its slice minimum scaled with them) and scored on the validation rows; the best third goes on to half the rows, the best two to all
 of them, and the best of those on validation wins. A hopeless candidate is thus stopped after
 its cheapest fit. The budget bounds the whole search: no fit starts that would end past it (its
 time estimated from the same candidate's last fit, scaled to the rows; at least one fit runs),
@@ -63,6 +63,9 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
     ``learner``: further LearnSPN parameters (leaf, precision, ...), the same for every fit."""
     if not budget_s > 0:
         raise FedpgmError(f"the selection budget must be positive seconds, got {budget_s}")
+    searched = sorted(set(learner) & {"min_instances_slice", "threshold", "leaf_model"})
+    if searched:
+        raise FedpgmError(f"{searched} are what the selection searches; leave them out of the fixed settings")
     if len(valid) == 0:
         raise FedpgmError("selection needs validation rows; give the dataset a validation split")
     start = time.perf_counter()
