@@ -58,3 +58,9 @@ def test_pc_fit_select_on_the_command_line(cli, tmp_path, read_report):
     assert selection["tried"]
     code, _, err = cli("pc", "fit", "wine", "--learner", "ratspn", "--select", "validation")
     assert code == 2 and "--select chooses LearnSPN's settings" in err
+
+
+def test_searched_settings_cannot_also_be_fixed(mixed):
+    train, valid, ds = mixed
+    with pytest.raises(FedpgmError, match=r"\['leaf_model'\] are what the selection searches"):
+        select_learnspn(train, valid, ds.schema, budget_s=10, leaf_model="chow-liu")

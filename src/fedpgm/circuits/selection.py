@@ -8,17 +8,17 @@ elsewhere. On the five DEBD sets this gives (126, 0.1) nltcs, (132, 0.1) plants,
 baudio, (95, 0.1) jester, (40, 0.3) dna; their best grid points were (100, 0.05), (50, 0.1),
 (100, 0.05), (100, 0.05), (200, 0.3).
 
-``select_learnspn`` searches around it by successive halving (Jamieson and Talwalkar 2016): every
-candidate of a grid (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, thresholds 0.05,
-0.1, 0.2, 0.3, and with two or more discrete variables both leaf models: univariate leaves or
-Chow-Liu trees, ``fedpgm.circuits.chow_liu``) is learned on a quarter of the training rows
-(its slice minimum scaled with them) and scored on the validation rows; the best third goes on to half the rows, the best two to all
-of them, and the best of those on validation wins. A hopeless candidate is thus stopped after
-its cheapest fit. The budget bounds the whole search: no fit starts that would end past it (its
-time estimated from the same candidate's last fit, scaled to the rows; at least one fit runs),
-and if no candidate reached every row the leader so far is learned on all of them (the one fit
-allowed to end past the budget, reported as ``over_budget_s``). Every fit is reported (settings, rows,
-seconds, validation log-likelihood).
+``select_learnspn`` searches around it by successive halving (Jamieson and Talwalkar 2016):
+every candidate of a grid (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, thresholds
+0.05, 0.1, 0.2, 0.3, and with two or more discrete variables both leaf models: univariate leaves
+or Chow-Liu trees, ``fedpgm.circuits.chow_liu``) is learned on a quarter of the training rows
+(its slice minimum scaled with them) and scored on the validation rows; the best third goes on
+to half the rows, the best two to all of them, and the best of those on validation wins. A
+hopeless candidate is thus stopped after its cheapest fit. The budget bounds the whole search:
+no fit starts that would end past it (its time estimated from the same candidate's last fit,
+scaled to the rows; at least one fit runs), and if no candidate reached every row the leader so
+far is learned on all of them (the one fit allowed to end past the budget, reported as
+``over_budget_s``). Every fit is reported (settings, rows, seconds, validation log-likelihood).
 """
 
 from __future__ import annotations
