@@ -15,8 +15,8 @@ def test_fcm_on_flower_with_secure_aggregation_matches_in_process():
     """Module averages by SecAgg+ on Flower: the server sees only sums, and the model equals the
     in-process one (plain averages) to SecAgg+'s quantization."""
     data = make_concept_data("asia", rows=2000, seed=0)
-    rounds = RoundSettings(kind="cgm", regime="fcm", rounds=3, per_round=2, join_round=2, patience=4, hidden=8,
-                           emb=4, train=TrainSettings(epochs=1, batch_size=256))
+    rounds = RoundSettings(kind="cgm", regime="fcm", rounds=2, per_round=2, join_round=2, patience=4, hidden=8,
+                           emb=4, train=TrainSettings(epochs=1, batch_size=256))  # (2 rounds: the join is the 2nd)
     _, local = run_fcm(FCMSettings(network="asia", clients=4, rounds=rounds), data=data)
     secure = replace(rounds, secure_aggregation=True)
     with pytest.raises(FedpgmError, match="runs on the Flower backend only"):
