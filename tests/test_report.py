@@ -60,3 +60,20 @@ def test_render_fits_80_columns_and_shows_each_section():
     for expected in ("metrics", "communication", "timing", "-12.5000", "2,000", "client_seconds.client-0",
                      "30 records"):
         assert expected in text, expected
+
+
+def test_results_repeating_a_nested_setting_are_dropped():
+    settings = {"network": "asia", "rounds": {"per_round": 3, "train": {"lr": 0.01}}}
+    r = make_report("concepts fit", {"per_round": 3, "lr": 0.01, "lr_note": "x", "task_accuracy": 0.8,
+                                      "per_round_seen": 2}, settings=settings)
+    assert r["metrics"] == {"task_accuracy": 0.8, "per_round_seen": 2} and r["details"] == {"lr_note": "x"}
+    changed = make_report("x", {"lr": 0.02}, settings=settings)
+    assert changed["metrics"] == {"lr": 0.02}  # not what was asked: kept
+
+
+def test_render_shows_the_numbers_among_the_details():
+    buf = io.StringIO()
+    render(make_report("concepts fit", {"dp": {"scope": "update", "target_epsilon": 5.0}, "plan": "long text"}),
+           Console(file=buf, width=80))
+    text = buf.getvalue()
+    assert "dp.target_epsilon" in text and "5.0000" in text and "long text" not in text

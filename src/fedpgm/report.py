@@ -13,14 +13,15 @@ key, the same rule for every family:
 - ``communication``: ``bytes*``, ``messages``, ``rounds``, ``alignment`` (PSI), ``left_out``
   (clients that did not answer) and ``shared_with_server``;
 - ``settings``: what the command was asked to do (passed explicitly), plus the result's own
-  ``settings``/``params``; a result key repeating a setting with the same value is dropped;
+  ``settings``/``params``; a result key repeating a setting (at any depth) with the same value
+  is dropped;
 - ``metrics``: numbers, flags, and lists or dicts holding only numbers (``test_loglik``,
   ``accuracy``, ``n_train``, a loss curve, a confidence interval); a result's own ``metrics``
   dict is merged in as it is;
 - ``details``: the rest (text such as a plan, names of clients, mixed records).
 
-``render`` prints a report's metrics, communication and timing as one two-column table that
-fits 80 columns (nested dicts shown as dotted names).
+``render`` prints a report's metrics, communication and timing, and the numbers among its
+details, as one two-column table that fits 80 columns (nested dicts shown as dotted names).
 """
 
 from __future__ import annotations
@@ -86,13 +87,25 @@ def sort_keys(result: dict, settings: dict | None = None) -> dict[str, dict]:
         if isinstance(result.get(name), dict):
             for k, v in result[name].items():
                 sections[name].setdefault(k, v)
+    asked = leaves(sections["settings"])
     for key, value in result.items():
         if key in SECTIONS and isinstance(value, dict):
             continue
-        if key in sections["settings"] and sections["settings"][key] == value:
-            continue  # repeats what the command was asked to do
+        if any(type(v) is type(value) and not isinstance(v, (dict, list)) and v == value for v in asked.get(key, ())):
+            continue  # repeats what the command was asked to do (at any depth of its settings)
         sections[section_of(key, value)][key] = value
     return sections
+
+
+def leaves(tree: dict) -> dict[str, list]:
+    """Every key of a nested dict with the values it has anywhere in it."""
+    out: dict[str, list] = {}
+    for key, value in tree.items():
+        out.setdefault(key, []).append(value)
+        if isinstance(value, dict):
+            for k, values in leaves(value).items():
+                out.setdefault(k, []).extend(values)
+    return out
 
 
 def check_report(report: dict) -> dict:
@@ -108,14 +121,15 @@ def check_report(report: dict) -> dict:
     return report
 
 
-def rows_of(section: dict, prefix: str = "", depth: int = 3) -> list[tuple[str, str]]:
-    """(dotted name, formatted value) for every leaf of ``section``, nested dicts to ``depth``."""
+def rows_of(section: dict, prefix: str = "", depth: int = 3, numbers_only: bool = False) -> list[tuple[str, str]]:
+    """(dotted name, formatted value) for every leaf of ``section``, nested dicts to ``depth``
+    (``numbers_only``: only the leaves that are single numbers)."""
     out = []
     for key, value in section.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and value and depth > 1:
-            out += rows_of(value, name + ".", depth - 1)
-        else:
+            out += rows_of(value, name + ".", depth - 1, numbers_only)
+        elif not numbers_only or (isinstance(value, Number) and not isinstance(value, bool)):
             out.append((name, fmt(value)))
     return out
 
@@ -139,8 +153,10 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def render(report: dict, console=None, sections: tuple[str, ...] = ("metrics", "communication", "timing")) -> None:
-    """Print ``sections`` of ``report`` as one table at most 80 columns wide."""
+def render(report: dict, console=None,
+           sections: tuple[str, ...] = ("metrics", "communication", "timing", "details")) -> None:
+    """Print ``sections`` of ``report`` (of ``details``, the numbers) as one table at most 80
+    columns wide."""
     from rich import box
     from rich.console import Console
     from rich.markup import escape
@@ -152,7 +168,7 @@ def render(report: dict, console=None, sections: tuple[str, ...] = ("metrics", "
     table.add_column("name", overflow="fold", ratio=3)
     table.add_column("value", overflow="fold", justify="right", ratio=2)
     for section in sections:
-        rows = rows_of(report[section])
+        rows = rows_of(report[section], numbers_only=section == "details")
         if not rows:
             continue
         table.add_row(f"[bold]{section}[/]", "")

@@ -10,15 +10,16 @@ baudio, (95, 0.1) jester, (40, 0.3) dna; their best grid points were (100, 0.05)
 
 ``select_learnspn`` searches around it by successive halving (Jamieson and Talwalkar 2016):
 every candidate of a grid (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, thresholds
-0.05, 0.1, 0.2, 0.3, and with two or more discrete variables both leaf models: univariate leaves
-or Chow-Liu trees, ``fedpgm.circuits.chow_liu``) is learned on a quarter of the training rows
-(its slice minimum scaled with them) and scored on the validation rows; the best third goes on
-to half the rows, the best two to all of them, and the best of those on validation wins. A
-hopeless candidate is thus stopped after its cheapest fit. The budget bounds the whole search:
-no fit starts that would end past it (its time estimated from the same candidate's last fit,
-scaled to the rows; at least one fit runs), and if no candidate reached every row the leader so
-far is learned on all of them (the one fit allowed to end past the budget, reported as
-``over_budget_s``). Every fit is reported (settings, rows, seconds, validation log-likelihood).
+0.05, 0.1, 0.2, 0.3, and with two or more discrete variables also Chow-Liu-tree leaves,
+``fedpgm.circuits.chow_liu``, at 2, 4 and 8 times the rule's slice minimum) is learned on a
+quarter of the training rows (its slice minimum scaled with them) and scored on the validation
+rows; the best third goes on to half the rows, the best two to all of them, and the best of
+those on validation wins. A hopeless candidate is thus stopped after its cheapest fit. The
+budget bounds the whole search: no fit starts that would end past it (its time estimated from
+the same candidate's last fit, scaled to the rows; at least one fit runs), and if no candidate
+reached every row the leader so far is learned on all of them (the one fit allowed to end past
+the budget, reported as ``over_budget_s``). Every fit is reported (settings, rows, seconds,
+validation log-likelihood).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from fedpgm.errors import FedpgmError
 SELECTIONS = ("validation",)  # what settings are chosen on (the CLI's --select)
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3)
 MIN_SCALES = (0.5, 1.0, 2.0)
+TREE_MIN_SCALES = (2.0, 4.0, 8.0)  # Chow-Liu leaves pay off on larger slices (fewer, better-estimated trees)
 RUNGS = (0.25, 0.5, 1.0)  # fraction of the training rows per rung
 KEEP_AFTER_FIRST = 1 / 3  # share of candidates kept after rung 0; after rung 1, two
 
@@ -51,10 +53,10 @@ def candidates(rows: int, columns: int, discrete: int = 0) -> list[dict]:
     """The grid around the starting rule; with ``discrete`` >= 2 variables, each point with both
     leaf models."""
     base = default_settings(rows, columns)["min_instances_slice"]
-    mins = sorted({max(10, round(base * s)) for s in MIN_SCALES})
+    scales = {"univariate": MIN_SCALES, "chow-liu": TREE_MIN_SCALES}
     models = LEAF_MODELS if discrete >= 2 else LEAF_MODELS[:1]
-    return [{"min_instances_slice": m, "threshold": t, "leaf_model": lm} for lm in models for m in mins
-            for t in THRESHOLDS]
+    return [{"min_instances_slice": m, "threshold": t, "leaf_model": lm} for lm in models
+            for m in sorted({max(10, round(base * s)) for s in scales[lm]}) for t in THRESHOLDS]
 
 
 def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, budget_s: float = 120.0,

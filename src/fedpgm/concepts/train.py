@@ -9,6 +9,7 @@ concept is replaced by its true value with probability ``p_int`` for the whole b
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import networkx as nx
@@ -108,7 +109,9 @@ def local_train(model: ConceptModel, x: np.ndarray, codes: np.ndarray, columns: 
             if loss is None:
                 continue
             opt.zero_grad()
-            loss.backward()
+            with warnings.catch_warnings():  # Opacus' hooks on a module fed no grad-requiring input:
+                warnings.filterwarnings("ignore", "Full backward hook is firing")  # expected, harmless
+                loss.backward()
             opt.step()
             if dp is not None:
                 dp.step()
