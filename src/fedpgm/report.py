@@ -14,7 +14,8 @@ key, the same rule for every family:
   (clients that did not answer) and ``shared_with_server``;
 - ``settings``: what the command was asked to do (passed explicitly), plus the result's own
   ``settings``/``params``; a result key repeating a setting (at any depth) with the same value
-  is dropped;
+  is dropped (but never a communication or timing figure: ``rounds`` run stays beside a
+  ``rounds`` limit);
 - ``metrics``: numbers, flags, and lists or dicts holding only numbers (``test_loglik``,
   ``accuracy``, ``n_train``, a loss curve, a confidence interval); a result's own ``metrics``
   dict is merged in as it is;
@@ -91,9 +92,11 @@ def sort_keys(result: dict, settings: dict | None = None) -> dict[str, dict]:
     for key, value in result.items():
         if key in SECTIONS and isinstance(value, dict):
             continue
-        if any(type(v) is type(value) and not isinstance(v, (dict, list)) and v == value for v in asked.get(key, ())):
+        where = section_of(key, value)
+        if where in ("metrics", "details") and any(
+                type(v) is type(value) and not isinstance(v, (dict, list)) and v == value for v in asked.get(key, ())):
             continue  # repeats what the command was asked to do (at any depth of its settings)
-        sections[section_of(key, value)][key] = value
+        sections[where][key] = value
     return sections
 
 
