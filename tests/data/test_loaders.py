@@ -194,3 +194,13 @@ def test_synthetic_mixed_truth_marginalises_nan():
     marginal = truth.log_density(rows.assign(k0=np.nan))
     assert np.allclose(logsumexp(per_value, axis=0), marginal, atol=1e-10)
     assert ds.schema.label == "y" and ds.schema["o0"].kind == "ordinal"
+
+
+def test_tiny_tables_split_without_stratification_or_say_why(tmp_path):
+    path = tmp_path / "tiny.csv"
+    path.write_text("age,outcome\n30,yes\n40,no\n35,yes\n50,no\n")  # 4 rows, 2 classes: 1 test row
+    ds = load_dataset(f"csv:{path}", label="outcome")
+    assert len(ds.train) == 3 and len(ds.test) == 1
+    path.write_text("age,outcome\n30,yes\n")
+    with pytest.raises(FedpgmError, match=r"a table of 1 row\(s\) cannot be split"):
+        load_dataset(f"csv:{path}", label="outcome")

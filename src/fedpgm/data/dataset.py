@@ -8,6 +8,7 @@ every split). Labels are never imputed: rows without a label are dropped by the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -97,10 +98,14 @@ def random_split(
             raise FedpgmError(f"test_size {test_size} leaves no training rows (table has {len(frame)})")
     elif not 0.0 < test_size < 1.0:
         raise FedpgmError(f"test_size must be a fraction in (0, 1) or a row count, got {test_size}")
+    if len(frame) < 2:
+        raise FedpgmError(f"a table of {len(frame)} row(s) cannot be split into train and test rows; give more rows")
+    n_test = test_size if isinstance(test_size, int) else math.ceil(test_size * len(frame))
     stratify = None
     if schema.label is not None and schema[schema.label].discrete:
         counts = frame[schema.label].value_counts()
-        if counts.min() >= 2:
+        # (a stratified split needs two rows per class and room for every class on both sides)
+        if counts.min() >= 2 and min(n_test, len(frame) - n_test) >= len(counts):
             stratify = frame[schema.label]
     train, test = train_test_split(frame, test_size=test_size, random_state=seed, stratify=stratify)
     return train.sort_index(), test.sort_index()
