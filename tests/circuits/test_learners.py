@@ -94,7 +94,8 @@ def test_ratspn_restarts_keep_the_best_initialisation(mixed):
 def test_estimator_api(mixed):
     model = LearnSPN(min_instances_slice=200, seed=3)
     assert model.get_params() == {"min_instances_slice": 200, "threshold": 0.3, "leaf": "gaussian", "seed": 3,
-                                  "precision": "float64", "min_std_fraction": 0.01, "by_label": False, "min_leaf_rows": 1}
+                                  "precision": "float64", "min_std_fraction": 0.01, "by_label": False, "min_leaf_rows": 1,
+                                  "leaf_model": "univariate"}
     model.set_params(threshold=0.2)
     with pytest.raises(FedpgmError, match=r"unknown parameter\(s\) \['depth'\]"):
         model.set_params(depth=3)
