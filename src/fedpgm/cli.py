@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from fedpgm.federation.apps import BACKEND_HELP, check_backend
-from fedpgm.cli_common import (BatchSize, Device, Epochs, Inputs, Pieces, Structure, TrainMethod, Units,
+from fedpgm.federation.apps import check_backend
+from fedpgm.cli_common import (Backend, BatchSize, Device, Epochs, Inputs, Pieces, Structure, TrainMethod, Units,
                                dense_params, AnswersOut, DataDir, Evidence, Force, Label, LeafModel, Missing, Mpe,  # noqa: F401
                                QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
                                console, finish, load, one_of, prepare_outputs, stages)
@@ -146,7 +146,7 @@ app.add_typer(federation_app, name="federation")
 @federation_app.command("moments")
 def federation_moments(
     partition_dir: Path,
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP, click_type=one_of("backend"))] = "inprocess",
+    backend: Backend = "inprocess",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the result JSON here")] = None,
 ) -> None:
     """Federated mean/covariance over client CSVs written by `fedpgm partition` (the
@@ -179,7 +179,7 @@ def federation_moments(
 @federation_app.command("naive-bayes")
 def federation_naive_bayes(
     partition_dir: Path,
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP, click_type=one_of("backend"))] = "inprocess",
+    backend: Backend = "inprocess",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the report JSON here")] = None,
 ) -> None:
     """Gaussian naive Bayes across the clients of a horizontal partition (class sums only; the

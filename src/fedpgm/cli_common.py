@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from fedpgm.errors import FedpgmError
+from fedpgm.federation.apps import BACKEND_HELP
 
 console = Console()
 
@@ -111,6 +112,7 @@ Timeout = Annotated[float, typer.Option("--timeout", help="Seconds each exchange
                                         "client that overruns is reported by name")]
 AnswersOut = Annotated[Optional[Path], typer.Option("--out", help="Write the answers CSV here (default stdout)")]
 Force = Annotated[bool, typer.Option("--force", help="Replace a non-empty --out folder")]
+Backend = Annotated[str, typer.Option(help=BACKEND_HELP, click_type=one_of("backend"))]
 
 
 def prepare_outputs(folder: Path | None = None, force: bool = False, **files: Path | None):

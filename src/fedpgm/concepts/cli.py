@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from fedpgm.federation.apps import BACKEND_HELP
-from fedpgm.cli_common import Force, Seed, Timeout, check_timeout, console, finish, one_of, prepare_outputs, stages
+from fedpgm.cli_common import (Backend, Force, Seed, Timeout, check_timeout, console, finish, one_of, prepare_outputs,
+                               stages)
 from fedpgm.errors import FedpgmError
 
 concepts_app = typer.Typer(no_args_is_help=True, help="Federated concept-based models (F-CMs): concept sets "
@@ -36,7 +36,7 @@ def fit(
     rows: Annotated[Optional[int], typer.Option(help="Rows sampled from the network")] = None,
     perturbed_clients: Annotated[float, typer.Option(help="Fraction r of clients with perturbed graphs")] = 0.0,
     perturbed_edges: Annotated[float, typer.Option(help="Fraction p of their edges perturbed")] = 0.0,
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP, click_type=one_of("backend"))] = "inprocess",
+    backend: Backend = "inprocess",
     dp_epsilon: Annotated[Optional[float], typer.Option(help="DP-SGD on client updates (Opacus): target "
                                                             "epsilon per client, delta 1e-5, clip 1.0")] = None,
     dp_scope: Annotated[str, typer.Option(help="What --dp-epsilon bounds: a client's whole 'training' "

@@ -9,8 +9,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from fedpgm.federation.apps import BACKEND_HELP
-from fedpgm.cli_common import (AnswersOut, BatchSize, DataDir, Device, Epochs, Evidence, Force, Inputs, Label,
+from fedpgm.cli_common import (AnswersOut, Backend, BatchSize, DataDir, Device, Epochs, Evidence, Force, Inputs, Label,
                                LeafModel, Missing, Mpe, Pieces, QueryColumns, Rows, Structure, TrainMethod, Units,
                                dense_params, SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
                                console, finish, load, one_of, prepare_outputs, stages)
@@ -75,7 +74,7 @@ def fit(
     placement: Annotated[str, typer.Option(help="server (clients send circuits) or split (clients keep "
                                                 "them; queries go to the clients)",
                                            click_type=one_of("placement"))] = "server",
-    backend: Annotated[str, typer.Option(help=BACKEND_HELP, click_type=one_of("backend"))] = "inprocess",
+    backend: Backend = "inprocess",
     scheme: Annotated[Optional[str], typer.Option(help="horizontal: iid, label-skew, dirichlet",
                                                   click_type=one_of("scheme"))] = None,
     label_to: Annotated[Optional[str], typer.Option(help="vertical/hybrid: client id or 'all'")] = None,
