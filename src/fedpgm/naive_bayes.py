@@ -62,11 +62,6 @@ def fit_naive_bayes(fed: Federation, label: str, columns: list[str], n_classes: 
             "var": var.tolist(), "n": n.astype(int).tolist(), "communication": fed.ledger.totals()}
 
 
-def flower_procedure(fed: Federation, label: str, columns: list[str], n_classes: int) -> dict:
-    """The same procedure inside a Flower ServerApp (registered in ``fedpgm.federation.apps``)."""
-    return fit_naive_bayes(fed, label, columns, n_classes)
-
-
 def predict_proba(model: dict, X) -> np.ndarray:
     """(rows, classes) p(class | the model's columns of X)."""
     x = np.asarray(X[model["columns"]], dtype=float)[:, None, :]  # (rows, 1, columns)

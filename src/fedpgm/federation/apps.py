@@ -26,7 +26,7 @@ PROCEDURES = {
     "fedpc": "fedpgm.fedpc.experiment:flower_procedure",
     "ngm": "fedpgm.ngm.experiment:flower_procedure",
     "concepts": "fedpgm.concepts.experiment:flower_procedure",
-    "naive_bayes": "fedpgm.naive_bayes:flower_procedure",
+    "naive_bayes": "fedpgm.naive_bayes:fit_naive_bayes",
     "roundtrip": "fedpgm.federation.diagnostics:roundtrip_benchmark",
     "secure-sum-probe": "fedpgm.federation.diagnostics:secure_sum_probe",
 }
