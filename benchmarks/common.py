@@ -20,6 +20,23 @@ def median_time(fn, repeats: int = 3, warmup: bool = False) -> tuple[float, list
     return statistics.median(times), times, out
 
 
+def interleaved(calls: dict, repeats: int = 3, warmup: bool = False) -> dict[str, dict]:
+    """Time several calls in turn (A B A B ...: load drifts on a shared machine hit each alike):
+    {name: {"median": seconds, "runs": [seconds], "result": the last result}}."""
+    if warmup:
+        for fn in calls.values():
+            fn()
+    out: dict[str, dict] = {name: {"runs": []} for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            t0 = time.perf_counter()
+            out[name]["result"] = fn()
+            out[name]["runs"].append(time.perf_counter() - t0)
+    for timing in out.values():
+        timing["median"] = statistics.median(timing["runs"])
+    return out
+
+
 def emit(report: dict, out: str | None) -> None:
     """Print the report as JSON and write it to ``out`` when given."""
     text = json.dumps(report, indent=1)

@@ -14,7 +14,8 @@ from rich.table import Table
 
 from fedpgm.federation.apps import check_backend
 from fedpgm.cli_common import (Backend, BatchSize, Device, Epochs, Inputs, Pieces, Structure, TrainMethod, Units,
-                               dense_params, AnswersOut, DataDir, Evidence, Force, Label, LeafModel, Missing, Mpe,  # noqa: F401
+                               dense_params, em_passes, Alpha, AnswersOut, DataDir, EmIterations, Evidence, Force,
+                               Label, LeafModel, Missing, Mpe, RowClusters,  # noqa: F401
                                QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
                                console, finish, load, one_of, prepare_outputs, stages)
 from fedpgm.errors import FedpgmError
@@ -206,14 +207,15 @@ def pc_fit(
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram (Mixed SPN)",
                                       click_type=one_of("leaf"))] = "gaussian",
-    leaf_model: LeafModel = "univariate",
+    leaf_model: LeafModel = "univariate", alpha: Alpha = 0.1, row_clusters: RowClusters = 2,
     depth: Annotated[int, typer.Option(help="RAT-SPN: region-graph depth")] = 2,
     repetitions: Annotated[int, typer.Option(help="RAT-SPN: repetitions")] = 4,
-    em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
+    em_iterations: EmIterations = None,
     select: Annotated[Optional[str], typer.Option(
-        help="LearnSPN: 'validation' chooses --min-instances and --threshold on the validation rows by "
-             "successive halving within --budget-s (fedpgm.circuits.selection); a dataset without a "
-             "validation split gives up 10% of its training rows", click_type=one_of("select"))] = None,
+        help="LearnSPN: 'validation' chooses --min-instances, --threshold, --leaf-model, --alpha, --row-clusters "
+             "and --em-iterations on the validation rows within --budget-s (fedpgm.circuits.selection); a "
+             "dataset without a validation split gives up 10% of its training rows",
+        click_type=one_of("select"))] = None,
     budget_s: Annotated[float, typer.Option("--budget-s", min=1.0, help="--select: wall-time budget, seconds")] = 120.0,
     structure: Structure = "pd", units: Units = 10, pieces: Pieces = 8, inputs: Inputs = "gaussian",
     epochs: Epochs = 5, train: TrainMethod = "online", batch_size: BatchSize = 64, device: Device = "auto",
@@ -239,11 +241,12 @@ def pc_fit(
     if select is not None and learner != "learnspn":
         raise FedpgmError("--select chooses LearnSPN's settings; use it with --learner learnspn")
     dense = learner in DENSE_LEARNERS
+    passes = em_passes(learner, em_iterations)
     params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "leaf_model": leaf_model,
-               "seed": seed}
+               "alpha": alpha, "row_clusters": row_clusters, "em_iterations": passes, "seed": seed}
               if learner == "learnspn" else
               dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed) if dense else
-              {"depth": depth, "repetitions": repetitions, "em_iterations": em_iterations, "leaf": leaf,
+              {"depth": depth, "repetitions": repetitions, "em_iterations": passes, "leaf": leaf,
                "seed": seed})
     model = ESTIMATORS[learner](**params).check_params()  # a bad setting is refused before the data is read
     outputs = prepare_outputs(out, force, json=json_out)

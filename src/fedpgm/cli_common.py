@@ -196,6 +196,17 @@ def finish(command: str, result: dict | list, json_out: Path | None = None, *, s
 LeafModel = Annotated[str, typer.Option(help="LearnSPN: a slice that stops splitting is modelled by univariate "
                                              "leaves or by a Chow-Liu tree over its discrete variables (ID-SPN "
                                              "style)", click_type=one_of("leaf_model"))]
+Alpha = Annotated[float, typer.Option(help="LearnSPN: the leaves' pseudo-count per state or bin (Laplace "
+                                          "smoothing)")]
+RowClusters = Annotated[int, typer.Option("--row-clusters", help="LearnSPN: parts per row split (k-means' k)")]
+EmIterations = Annotated[Optional[int], typer.Option(
+    help="EM passes over the training rows: RAT-SPN's training (default 20), or LearnSPN's refinement of the "
+         "learned circuit's parameters (default 0)", min=0)]
+
+
+def em_passes(learner: str, em_iterations: int | None) -> int:
+    """--em-iterations, or the learner's default (RAT-SPN trains by EM; LearnSPN counts)."""
+    return em_iterations if em_iterations is not None else 20 if learner == "ratspn" else 0
 
 
 # Dense circuits (learner pd, fedpgm.circuits.dense_estimator.DensePC): the defaults are the FedPC

@@ -31,6 +31,9 @@ def test_pc_fit_report_save_and_query(cli, tmp_path, read_report):
     (["pc", "fit", "wine", "--learner", "tree"], "unknown learner 'tree'"),
     (["pc", "fit", "wine", "--threshold", "3"], "The 'threshold' parameter of LearnSPN must be a float in the range [0.0, 1.0]. Got 3.0"),
     (["pc", "fit", "wine", "--leaf", "beta"], "'beta' is not one of 'gaussian', 'histogram'"),
+    (["pc", "fit", "wine", "--alpha", "0"], "The 'alpha' parameter of LearnSPN must be a float in the range (0.0, inf)"),
+    (["pc", "fit", "wine", "--row-clusters", "1"], "The 'row_clusters' parameter of LearnSPN must be an int in the range"),
+    (["pc", "fit", "wine", "--em-iterations", "-1"], "-1 is not in the range x>=0"),
 ])
 def test_pc_fit_bad_input(cli, tmp_path, args, message):
     code, _, err = cli(*args, "--out", str(tmp_path / "m"))

@@ -4,6 +4,7 @@ import pytest
 from fedpgm.circuits.em import em
 from fedpgm.circuits.estimator import LearnSPN, RatSPN
 from fedpgm.circuits.learnspn import learn_spn
+from fedpgm.circuits.leaves import std_floors
 from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.data import load_dataset
 from fedpgm.data.schema import Feature, Schema
@@ -51,6 +52,39 @@ def test_learnspn_bad_parameters():
         learn_spn(schema, np.full((5, 1), np.nan))
     with pytest.raises(FedpgmError, match="not fitted yet"):
         LearnSPN().score(np.zeros((2, 1)))
+    with pytest.raises(FedpgmError, match="alpha .* must be > 0"):
+        learn_spn(schema, np.zeros((5, 1)), alpha=0.0)
+    with pytest.raises(FedpgmError, match="row_clusters .* must be >= 2"):
+        learn_spn(schema, np.zeros((5, 1)), row_clusters=1)
+
+
+def test_the_pseudo_count_smooths_every_leaf_and_tree_by_its_formula():
+    X = np.array([[0, 0, 2], [0, 1, 2], [1, 1, 2], [0, 1, 0]], dtype=float)  # 4 rows: one slice, no split
+    schema = Schema((Feature("a", "binary", ("0", "1")), Feature("b", "binary", ("0", "1")),
+                     Feature("c", "categorical", ("0", "1", "2"))))
+    unseen = []  # the trees' probability of a row the data never shows
+    for alpha in (0.01, 1.0, 5.0):
+        c = learn_spn(schema, X, min_instances_slice=10, alpha=alpha)
+        leaves = {n.var: n.params for n in c.nodes if hasattr(n, "var")}
+        assert float(leaves[0]["p"]) == pytest.approx((1 + alpha) / (4 + 2 * alpha))
+        np.testing.assert_allclose(leaves[2]["probs"], (np.array([1, 0, 3]) + alpha) / (4 + 3 * alpha))
+        tree = LearnSPN(min_instances_slice=10, alpha=alpha, leaf_model="chow-liu").fit(X, schema)
+        unseen.append(float(np.exp(tree.log_likelihood(np.array([[1, 0, 1]], dtype=float)))[0]))
+    assert 0 < unseen[0] < 1e-3 and unseen[0] < unseen[1] < unseen[2]  # more smoothing, more mass on it
+
+
+def test_row_clusters_splits_rows_into_that_many_parts_and_em_refines_after_learning(mixed):
+    X = mixed.train[mixed.schema.names].to_numpy()[:1000]
+    c = learn_spn(mixed.schema, X, min_instances_slice=300, threshold=0.1, row_clusters=3)
+    arity = [len(n.weights) for n in c.nodes if hasattr(n, "weights")]
+    assert max(arity) == 3 and c.stats()["n_sums"] >= 1
+    plain = LearnSPN(min_instances_slice=300, threshold=0.1).fit(X, mixed.schema)
+    refined = LearnSPN(min_instances_slice=300, threshold=0.1, em_iterations=3).fit(X, mixed.schema)
+    by_hand = LearnSPN(min_instances_slice=300, threshold=0.1).fit(X, mixed.schema)
+    em(by_hand.circuit_, X, 3, floors=std_floors(X))
+    by_hand.compiled_ = by_hand._compile(by_hand.circuit_)
+    assert refined.score(X) == pytest.approx(by_hand.score(X), abs=1e-12)
+    assert refined.score(X) > plain.score(X) + 0.01  # EM raises the training likelihood of the counted model
 
 
 def test_batch_em_increases_likelihood_monotonically(mixed):
@@ -95,7 +129,7 @@ def test_estimator_api(mixed):
     model = LearnSPN(min_instances_slice=200, seed=3)
     assert model.get_params() == {"min_instances_slice": 200, "threshold": 0.3, "leaf": "gaussian", "seed": 3,
                                   "precision": "float64", "min_std_fraction": 0.01, "by_label": False, "min_leaf_rows": 1,
-                                  "leaf_model": "univariate"}
+                                  "leaf_model": "univariate", "alpha": 0.1, "row_clusters": 2, "em_iterations": 0}
     model.set_params(threshold=0.2)
     with pytest.raises(FedpgmError, match=r"unknown parameter\(s\) \['depth'\]"):
         model.set_params(depth=3)

@@ -1,7 +1,9 @@
+from itertools import takewhile
+
 import pytest
 
 from fedpgm.circuits.estimator import LearnSPN
-from fedpgm.circuits.selection import RUNGS, candidates, default_settings, select_learnspn
+from fedpgm.circuits.selection import BEYOND, RUNGS, candidates, default_settings, select_learnspn
 from fedpgm.data import load_dataset
 from fedpgm.errors import FedpgmError
 
@@ -14,15 +16,16 @@ def mixed():
 
 
 def test_the_starting_rule():
-    assert default_settings(16181, 16) == {"min_instances_slice": 127, "threshold": 0.1}  # nltcs
-    assert default_settings(1600, 180) == {"min_instances_slice": 40, "threshold": 0.3}  # dna: few rows per column
-    assert default_settings(50, 3) == {"min_instances_slice": 10, "threshold": 0.3}
+    smoothing = {"alpha": 0.1, "row_clusters": 2}
+    assert default_settings(16181, 16) == {"min_instances_slice": 127, "threshold": 0.1, **smoothing}  # nltcs
+    assert default_settings(1600, 180) == {"min_instances_slice": 40, "threshold": 0.3, **smoothing}  # dna: few
+    assert default_settings(50, 3) == {"min_instances_slice": 10, "threshold": 0.3, **smoothing}  # rows per column
     assert len(candidates(16181, 16)) == 12 and {c["leaf_model"] for c in candidates(16181, 16)} == {"univariate"}
     both = candidates(16181, 16, discrete=16)  # discrete data: every point with both leaf models
     assert len(both) == 24 and {c["leaf_model"] for c in both} == {"univariate", "chow-liu"}
 
 
-def test_successive_halving_keeps_the_best_and_refits_it_on_every_row(mixed):
+def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validation_rises(mixed):
     train, valid, ds = mixed
     model, report = select_learnspn(train, valid, ds.schema, budget_s=600, seed=0)
     rows = [t["rows"] for t in report["tried"]]
@@ -30,12 +33,28 @@ def test_successive_halving_keeps_the_best_and_refits_it_on_every_row(mixed):
     grid = candidates(n, len(ds.schema), sum(f.discrete for f in ds.schema.features))
     assert rows.count(round(RUNGS[0] * n)) == len(grid)  # every candidate, cheaply
     assert rows.count(round(RUNGS[1] * n)) == round(len(grid) / 3)
-    assert rows.count(n) == 2  # the best two of the second rung on every row
     full = [t for t in report["tried"] if t["rows"] == n]
-    winner = max(full, key=lambda t: t["valid_loglik"])
-    assert report["chosen"] == {k: winner[k] for k in ("min_instances_slice", "threshold", "leaf_model")}
-    refit = LearnSPN(**report["chosen"], seed=0).fit(train, ds.schema)
-    assert model.score(valid) == pytest.approx(refit.score(valid), abs=1e-9) == pytest.approx(winner["valid_loglik"])
+    em_passes = [t for t in full if "em_iterations" in t]
+    stage1 = max(full[:2], key=lambda t: t["valid_loglik"])  # the best two of the second rung on every row
+    chosen, stage2 = report["chosen"], [t for t in full[2:] if "em_iterations" not in t]
+    for key, (values, beyond) in BEYOND.items():  # a value stays only where it scores higher
+        others = [k for k in BEYOND if k != key]  # (what the other steps vary stays at its winner here)
+        tries = list(takewhile(lambda t: all(t[k] == stage1[k] for k in others), stage2))
+        stage2 = stage2[len(tries):]
+        assert [t[key] for t in tries[: len(values)]] == list(values)
+        for before, after in zip(tries[len(values) - 1:], tries[len(values):]):  # past the grid: only after a win
+            assert after[key] == beyond(before[key]) and before["valid_loglik"] > stage1["valid_loglik"]
+        best = max([stage1, *tries], key=lambda t: t["valid_loglik"])
+        assert chosen[key] == best[key]
+        stage1 = best
+    assert not stage2
+    scores = [stage1["valid_loglik"]] + [t["valid_loglik"] for t in em_passes]
+    kept = chosen["em_iterations"]
+    assert all(a < b for a, b in zip(scores[: kept], scores[1: kept + 1]))  # each kept pass raised validation
+    assert kept == len(em_passes) or scores[kept + 1] <= scores[kept]  # the pass that did not was undone
+    assert model.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-9) == pytest.approx(scores[kept])
+    refit = LearnSPN(**chosen, seed=0).fit(train, ds.schema)  # the chosen settings give the chosen model
+    assert refit.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-6)
     assert report["over_budget_s"] == 0.0
 
 
@@ -64,3 +83,14 @@ def test_searched_settings_cannot_also_be_fixed(mixed):
     train, valid, ds = mixed
     with pytest.raises(FedpgmError, match=r"\['leaf_model'\] are what the selection searches"):
         select_learnspn(train, valid, ds.schema, budget_s=10, leaf_model="chow-liu")
+    with pytest.raises(FedpgmError, match=r"\['alpha', 'em_iterations'\] are what the selection searches"):
+        select_learnspn(train, valid, ds.schema, budget_s=10, alpha=1.0, em_iterations=2)
+
+
+def test_validation_rows_with_other_columns_are_refused(mixed):
+    train, valid, ds = mixed
+    other = valid.rename(columns={valid.columns[0]: "elsewhere"})
+    with pytest.raises(FedpgmError, match=r"missing \['.*'\], extra \['elsewhere'\]"):
+        select_learnspn(train, other, ds.schema, budget_s=10)
+    with pytest.raises(FedpgmError, match="in another order"):
+        select_learnspn(train, valid[valid.columns[::-1]], ds.schema, budget_s=10)

@@ -26,9 +26,9 @@ from sklearn.utils.validation import validate_data
 
 from fedpgm.circuits import queries
 from fedpgm.circuits.compiled import CompiledCircuit
-from fedpgm.circuits.em import em_best_of
+from fedpgm.circuits.em import em, em_best_of
 from fedpgm.circuits.io import load_circuit, save_circuit
-from fedpgm.circuits.leaves import MIN_STD_FRACTION, std_floors
+from fedpgm.circuits.leaves import ALPHA, MIN_STD_FRACTION, std_floors
 from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES, LEAF_MODELS, learn_spn
 from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.circuits.structure import Circuit
@@ -222,7 +222,10 @@ class CircuitEstimator(CheckedParams, ABC):
 
 
 class LearnSPN(CircuitEstimator):
-    """LearnSPN / Mixed SPN (``leaf="histogram"``); see ``fedpgm.circuits.learnspn``."""
+    """LearnSPN / Mixed SPN (``leaf="histogram"``); see ``fedpgm.circuits.learnspn``. ``alpha``:
+    the leaves' pseudo-count per state or bin; ``row_clusters``: parts per row split;
+    ``em_iterations``: batch EM passes over the training rows after the structure is learned
+    (``fedpgm.circuits.em``; 0 keeps the counted parameters)."""
 
     _parameter_constraints = {
         **CircuitEstimator._parameter_constraints,
@@ -231,20 +234,29 @@ class LearnSPN(CircuitEstimator):
         "by_label": ["boolean"],
         "min_leaf_rows": [Interval(Integral, 1, None, closed="left")],
         "leaf_model": [StrOptions(set(LEAF_MODELS))],
+        "alpha": [Interval(Real, 0, None, closed="neither")],
+        "row_clusters": [Interval(Integral, 2, None, closed="left")],
+        "em_iterations": [Interval(Integral, 0, None, closed="left")],
     }
 
     def __init__(self, min_instances_slice: int = 100, threshold: float = 0.3, leaf: str = "gaussian",
                  seed: int = 0, precision: str = "float64", min_std_fraction: float = MIN_STD_FRACTION,
-                 by_label: bool = False, min_leaf_rows: int = 1, leaf_model: str = "univariate") -> None:
+                 by_label: bool = False, min_leaf_rows: int = 1, leaf_model: str = "univariate",
+                 alpha: float = ALPHA, row_clusters: int = 2, em_iterations: int = 0) -> None:
         self.min_instances_slice, self.threshold, self.leaf, self.seed = (
             min_instances_slice, threshold, leaf, seed)
         self.precision, self.min_std_fraction, self.by_label = precision, min_std_fraction, by_label
         self.min_leaf_rows = min_leaf_rows
         self.leaf_model = leaf_model
+        self.alpha, self.row_clusters, self.em_iterations = alpha, row_clusters, em_iterations
 
     def _learn(self, schema, X, floors):
-        return learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed, floors=floors,
-                         by_label=self.by_label, min_leaf_rows=self.min_leaf_rows, leaf_model=self.leaf_model)
+        circuit = learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed, floors=floors,
+                            by_label=self.by_label, min_leaf_rows=self.min_leaf_rows, leaf_model=self.leaf_model,
+                            alpha=self.alpha, row_clusters=self.row_clusters)
+        if self.em_iterations:
+            em(circuit, X, self.em_iterations, floors=floors, alpha=self.alpha)
+        return circuit
 
 
 class RatSPN(CircuitEstimator):

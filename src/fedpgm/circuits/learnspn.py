@@ -21,12 +21,15 @@ split on the label (RDC can cut it off as an almost independent leaf), which cos
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.sparse.csgraph import connected_components
 from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
 
 from fedpgm.circuits.chow_liu import add_tree, chow_liu
-from fedpgm.circuits.leaves import default_leaf, leaf_type, std_floors
+from fedpgm.circuits.leaves import ALPHA, default_leaf, leaf_type, std_floors
 from fedpgm.circuits.rdc import rdc_matrix
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
@@ -36,21 +39,13 @@ CONTINUOUS_LEAVES = ("gaussian", "histogram")  # leaf kinds for continuous varia
 LEAF_MODELS = ("univariate", "chow-liu")  # how a slice that stops splitting is modelled
 
 
-def fit_leaf(c: Circuit, X: np.ndarray, rows: np.ndarray, var: int, continuous: str, min_std: float) -> int:
-    feat = c.schema.features[var]
-    dist = default_leaf(feat.kind, continuous)
-    x = X[rows, var]
-    x = x[~np.isnan(x)]
-    return c.leaf(var, dist, leaf_type(dist).fit(x, np.ones(len(x)), feat.cardinality, min_std))
-
-
 class LearnSPNBuilder:
     """LearnSPN's recursion (Gens & Domingos, 2013) as a work list: split columns by RDC
     independence, else rows by clustering, until a slice has fewer than ``min_instances_slice`` rows;
     builds a ``Circuit``."""
     def __init__(self, schema: Schema, X: np.ndarray, min_instances_slice: int, threshold: float,
                  leaf: str, seed: int, floors: np.ndarray, progress=None, min_leaf_rows: int = 1,
-                 leaf_model: str = "univariate") -> None:
+                 leaf_model: str = "univariate", alpha: float = ALPHA, row_clusters: int = 2) -> None:
         self.c = Circuit(schema)
         self.X = X
         self.floors = floors
@@ -60,6 +55,16 @@ class LearnSPNBuilder:
         self.progress = progress
         self.min_leaf_rows = min_leaf_rows
         self.leaf_model = leaf_model
+        self.alpha, self.row_clusters = alpha, row_clusters
+
+    def leaf_of(self, rows: np.ndarray, var: int) -> int:
+        """A leaf of ``var`` fitted to the slice's observed values (NaN ignored); returns its id."""
+        feat = self.c.schema.features[var]
+        dist = default_leaf(feat.kind, self.leaf)
+        x = self.X[rows, var]
+        x = x[~np.isnan(x)]
+        return self.c.leaf(var, dist, leaf_type(dist).fit(x, np.ones(len(x)), feat.cardinality, self.floors[var],
+                                                          self.alpha))
 
     def naive(self, rows: np.ndarray, scope: list[int]) -> int:
         """The slice's end: independent leaves, or (``leaf_model="chow-liu"``) a Chow-Liu tree over
@@ -67,9 +72,10 @@ class LearnSPNBuilder:
         discrete = [v for v in scope if self.cards[v] > 0]
         tree = self.leaf_model == "chow-liu" and len(discrete) > 1
         alone = [v for v in scope if not (tree and v in discrete)]
-        parts = [fit_leaf(self.c, self.X, rows, v, self.leaf, self.floors[v]) for v in alone]
+        parts = [self.leaf_of(rows, v) for v in alone]
         if tree:
-            parent, cpts = chow_liu(self.X[np.ix_(rows, np.asarray(discrete))], [self.cards[v] for v in discrete])
+            parent, cpts = chow_liu(self.X[np.ix_(rows, np.asarray(discrete))], [self.cards[v] for v in discrete],
+                                    self.alpha)
             parts.append(add_tree(self.c, discrete, parent, cpts))
         return parts[0] if len(parts) == 1 else self.c.product(parts)
 
@@ -90,7 +96,7 @@ class LearnSPNBuilder:
         if constant.any():
             fixed = [v for v, k in zip(scope, constant) if k]
             rest = [v for v, k in zip(scope, constant) if not k]
-            children = [fit_leaf(self.c, self.X, rows, v, self.leaf, self.floors[v]) for v in fixed]
+            children = [self.leaf_of(rows, v) for v in fixed]
             if rest:
                 children.append(self.learn(rows, rest))
             return children[0] if len(children) == 1 else self.c.product(children)
@@ -100,11 +106,10 @@ class LearnSPNBuilder:
             groups = [[v for v, l in zip(scope, labels) if l == g] for g in range(n_comp)]
             return self.c.product([self.learn(rows, g) for g in groups])
         clusters = self.cluster(data, scope)
-        sizes = [len(rows[clusters == k]) for k in (0, 1)]
-        if min(sizes) < max(1, self.min_leaf_rows):
+        parts = [rows[clusters == k] for k in np.unique(clusters)]
+        if len(parts) < 2 or min(map(len, parts)) < max(1, self.min_leaf_rows):
             return self.naive(rows, scope)
-        children = [self.learn(rows[clusters == k], scope) for k in (0, 1)]
-        return self.c.sum(children, np.array(sizes) / len(rows))
+        return self.c.sum([self.learn(part, scope) for part in parts], np.array([len(p) for p in parts]) / len(rows))
 
     def learn_by_label(self, rows: np.ndarray, label: int) -> int:
         """A sum over the label's observed values of (label leaf) x (circuit of the rest)."""
@@ -116,13 +121,14 @@ class LearnSPNBuilder:
         children, sizes = [], []
         for value in values:
             part = rows[y == value]
-            head = fit_leaf(self.c, self.X, part, label, self.leaf, self.floors[label])
+            head = self.leaf_of(part, label)
             children.append(self.c.product([head, self.learn(part, rest)]))
             sizes.append(len(part))
         return self.c.sum(children, np.array(sizes) / sum(sizes))
 
     def cluster(self, data: np.ndarray, scope: list[int]) -> np.ndarray:
-        """k-means (k=2) on standardised columns (one-hot for categorical variables)."""
+        """(rows,) cluster of each row: k-means (k = ``row_clusters``) on standardised columns
+        (one-hot for categorical variables)."""
         cols = []
         for j, v in enumerate(scope):
             x = data[:, j]
@@ -131,23 +137,32 @@ class LearnSPNBuilder:
             else:
                 sd = x.std()
                 cols.append(((x - x.mean()) / (sd if sd > 0 else 1.0))[:, None])
-        km = KMeans(n_clusters=2, n_init=2, max_iter=50, random_state=int(self.rng.integers(2**31)))
-        return km.fit_predict(np.hstack(cols))
+        km = KMeans(n_clusters=min(self.row_clusters, len(data)), n_init=2, max_iter=50,
+                    random_state=int(self.rng.integers(2**31)))
+        with warnings.catch_warnings():  # fewer distinct rows than clusters: fewer parts (``learn`` copes)
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return km.fit_predict(np.hstack(cols))
 
 
 def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, threshold: float = 0.3,
               leaf: str = "gaussian", seed: int = 0, progress=None, floors: np.ndarray | None = None,
-              by_label: bool = False, min_leaf_rows: int = 1, leaf_model: str = "univariate") -> Circuit:
+              by_label: bool = False, min_leaf_rows: int = 1, leaf_model: str = "univariate",
+              alpha: float = ALPHA, row_clusters: int = 2) -> Circuit:
     """Learn a circuit over all of ``schema``'s variables from ``X`` (rows, variables); a
     continuous leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``). No row
     split leaves a part with fewer than ``min_leaf_rows`` rows, so (given ``X`` has that many)
-    every leaf is fitted on at least that many rows (a client's privacy floor)."""
+    every leaf is fitted on at least that many rows (a client's privacy floor). ``alpha``: the
+    leaves' (and trees') pseudo-count per state or bin; ``row_clusters``: parts per row split."""
     if min_instances_slice < 1:
         raise FedpgmError(f"min_instances_slice must be >= 1, got {min_instances_slice}")
     if not 0.0 <= threshold <= 1.0:
         raise FedpgmError(f"threshold must lie in [0, 1] (an RDC value), got {threshold}")
     if leaf not in CONTINUOUS_LEAVES:
         raise FedpgmError(f"continuous leaf must be 'gaussian' or 'histogram', got '{leaf}'")
+    if not alpha > 0:
+        raise FedpgmError(f"alpha (the leaves' pseudo-count) must be > 0, got {alpha}")
+    if row_clusters < 2:
+        raise FedpgmError(f"row_clusters (parts per row split) must be >= 2, got {row_clusters}")
     if leaf_model not in LEAF_MODELS:
         raise FedpgmError(f"leaf_model must be one of {LEAF_MODELS}, got '{leaf_model}'")
     X = np.asarray(X, dtype=float)
@@ -160,7 +175,7 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
     if min_leaf_rows < 1:
         raise FedpgmError(f"min_leaf_rows must be >= 1, got {min_leaf_rows}")
     builder = LearnSPNBuilder(schema, X, min_instances_slice, threshold, leaf, seed, floors, progress,
-                              min_leaf_rows, leaf_model)
+                              min_leaf_rows, leaf_model, alpha, row_clusters)
     everything = np.arange(len(X))
     if by_label and schema.label is not None:
         builder.learn_by_label(everything, schema.index(schema.label))

@@ -45,9 +45,10 @@ class LeafType(ABC):
 
     @staticmethod
     @abstractmethod
-    def fit(x: np.ndarray, w: np.ndarray, cardinality: int, min_std: float = MIN_STD) -> dict[str, np.ndarray]:
+    def fit(x: np.ndarray, w: np.ndarray, cardinality: int, min_std: float = MIN_STD,
+            alpha: float = ALPHA) -> dict[str, np.ndarray]:
         """Weighted maximum-likelihood (smoothed) parameters from observed values ``x``;
-        a continuous leaf's std is at least ``min_std``."""
+        a continuous leaf's std is at least ``min_std``; ``alpha``: pseudo-count per state or bin."""
         ...
 
     @staticmethod
@@ -56,9 +57,18 @@ class LeafType(ABC):
         """Weighted sufficient statistics of observed values (what EM accumulates)."""
         ...
 
+    @classmethod
+    def group_stats(cls, x: np.ndarray, w: np.ndarray, params: list[dict]) -> list[np.ndarray]:
+        """``stats`` of L leaves at once: values ``x`` (rows, L) with NaN where unobserved (no
+        weight), weights ``w`` (L, rows); one array per leaf. Types whose statistics are sums of
+        per-row terms override this with one vectorised pass (EM's E-step calls it per chunk)."""
+        seen = ~np.isnan(x)
+        return [cls.stats(x[seen[:, j], j], w[j, seen[:, j]], p) for j, p in enumerate(params)]
+
     @staticmethod
     @abstractmethod
-    def from_stats(stats: np.ndarray, params: dict, min_std: float = MIN_STD) -> dict[str, np.ndarray]:
+    def from_stats(stats: np.ndarray, params: dict, min_std: float = MIN_STD,
+                   alpha: float = ALPHA) -> dict[str, np.ndarray]:
         """New parameters from (accumulated) sufficient statistics."""
         ...
 
@@ -132,6 +142,12 @@ def moments(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.array([w.sum(), (w * x).sum(), (w * x * x).sum()])
 
 
+def observed(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of ``x`` (rows, L) and ``w`` (L, rows): values (L, rows) and weights (L, rows), both 0 where unobserved."""
+    seen = ~np.isnan(x.T)
+    return np.where(seen, x.T, 0.0), np.where(seen, w, 0.0)
+
+
 def mean_std_from(m: np.ndarray, min_std: float = MIN_STD) -> tuple[float, float]:
     if m[0] <= 0:
         return 0.0, 1.0
@@ -148,7 +164,7 @@ class Gaussian(LeafType):
     name, kinds = "gaussian", ("continuous",)
 
     @staticmethod
-    def fit(x, w, cardinality, min_std=MIN_STD):
+    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA):
         mean, std = weighted_mean_std(x, w, min_std)
         return {"mean": np.array(mean), "std": np.array(std)}
 
@@ -156,8 +172,13 @@ class Gaussian(LeafType):
     def stats(x, w, params):
         return moments(x, w)
 
+    @classmethod
+    def group_stats(cls, x, w, params):
+        v, w = observed(x, w)
+        return list(np.stack([w.sum(1), (w * v).sum(1), (w * v * v).sum(1)], axis=1))
+
     @staticmethod
-    def from_stats(stats, params, min_std=MIN_STD):
+    def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):
         mean, std = mean_std_from(stats, min_std)
         return {"mean": np.array(mean), "std": np.array(std)}
 
@@ -190,16 +211,21 @@ class Bernoulli(LeafType):
     name, kinds = "bernoulli", ("binary",)
 
     @staticmethod
-    def fit(x, w, cardinality, min_std=MIN_STD):
-        return Bernoulli.from_stats(Bernoulli.stats(x, w, {}), {})
+    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA):
+        return Bernoulli.from_stats(Bernoulli.stats(x, w, {}), {}, alpha=alpha)
 
     @staticmethod
     def stats(x, w, params):
         return np.array([w.sum(), (w * (x == 1)).sum()])
 
+    @classmethod
+    def group_stats(cls, x, w, params):
+        v, w = observed(x, w)
+        return list(np.stack([w.sum(1), (w * (v == 1)).sum(1)], axis=1))
+
     @staticmethod
-    def from_stats(stats, params, min_std=MIN_STD):
-        return {"p": np.array((stats[1] + ALPHA) / (stats[0] + 2 * ALPHA))}
+    def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):
+        return {"p": np.array((stats[1] + alpha) / (stats[0] + 2 * alpha))}
 
     @staticmethod
     def stack(params):
@@ -230,17 +256,23 @@ class Categorical(LeafType):
     name, kinds = "categorical", ("binary", "categorical", "ordinal")
 
     @staticmethod
-    def fit(x, w, cardinality, min_std=MIN_STD):
-        return Categorical.from_stats(Categorical.stats(x, w, {"probs": np.zeros(cardinality)}), {})
+    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA):
+        return Categorical.from_stats(Categorical.stats(x, w, {"probs": np.zeros(cardinality)}), {}, alpha=alpha)
 
     @staticmethod
     def stats(x, w, params):
         k = len(params["probs"])
         return np.bincount(x.astype(int), weights=w, minlength=k)[:k]
 
+    @classmethod
+    def group_stats(cls, x, w, params):
+        v, w = observed(x, w)
+        counts = np.stack([(w * (v == s)).sum(1) for s in range(max(len(p["probs"]) for p in params))], axis=1)
+        return [counts[j, : len(p["probs"])] for j, p in enumerate(params)]
+
     @staticmethod
-    def from_stats(stats, params, min_std=MIN_STD):
-        return {"probs": (stats + ALPHA) / (stats.sum() + ALPHA * len(stats))}
+    def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):
+        return {"probs": (stats + alpha) / (stats.sum() + alpha * len(stats))}
 
     @staticmethod
     def stack(params):
@@ -318,11 +350,11 @@ class Histogram(LeafType):
     name, kinds = "histogram", ("continuous",)
 
     @staticmethod
-    def fit(x, w, cardinality, min_std=MIN_STD):
+    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA):
         mean, std = weighted_mean_std(x, w, min_std)
         edges = histogram_edges(x, w, min_std)
         counts, _ = np.histogram(np.clip(x, edges[0], edges[-1]), bins=edges, weights=w)
-        probs = (counts + ALPHA) / (counts.sum() + ALPHA * (len(edges) - 1))
+        probs = (counts + alpha) / (counts.sum() + alpha * (len(edges) - 1))
         return {"edges": edges, "probs": probs, "mean": np.array(mean), "std": np.array(std),
                 "eps": np.array(HIST_EPS)}
 
@@ -333,10 +365,10 @@ class Histogram(LeafType):
         return np.concatenate([counts, moments(x, w)])
 
     @staticmethod
-    def from_stats(stats, params, min_std=MIN_STD):
+    def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):
         counts = stats[:-3]
         mean, std = mean_std_from(stats[-3:], min_std)
-        return {"edges": params["edges"], "probs": (counts + ALPHA) / (counts.sum() + ALPHA * len(counts)),
+        return {"edges": params["edges"], "probs": (counts + alpha) / (counts.sum() + alpha * len(counts)),
                 "mean": np.array(mean), "std": np.array(std), "eps": params["eps"]}
 
     @staticmethod

@@ -4,33 +4,48 @@
 (at least 10: a slice must stay large enough for its RDC test and k-means to mean anything, and
 the number of slices then grows like sqrt(rows)), ``threshold`` 0.3 where there are fewer than 20
 rows per column (independence tests are weak there: split variables apart more readily) and 0.1
-elsewhere. On the five DEBD sets this gives (126, 0.1) nltcs, (132, 0.1) plants, (122, 0.1)
-baudio, (95, 0.1) jester, (40, 0.3) dna; their best grid points were (100, 0.05), (50, 0.1),
-(100, 0.05), (100, 0.05), (200, 0.3).
+elsewhere; the leaves' pseudo-count ``alpha`` 0.1 and two parts per row split. On the five DEBD
+sets this gives (126, 0.1) nltcs, (132, 0.1) plants, (122, 0.1) baudio, (95, 0.1) jester,
+(40, 0.3) dna; their best grid points were (100, 0.05), (50, 0.1), (100, 0.05), (100, 0.05),
+(200, 0.3).
 
-``select_learnspn`` searches around it by successive halving (Jamieson and Talwalkar 2016):
-every candidate of a grid (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, thresholds
-0.05, 0.1, 0.2, 0.3, and with two or more discrete variables also Chow-Liu-tree leaves,
-``fedpgm.circuits.chow_liu``, at 2, 4 and 8 times the rule's slice minimum) is learned on a
-quarter of the training rows (its slice minimum scaled with them) and scored on the validation
-rows; the best third goes on to half the rows, the best two to all of them, and the best of
-those on validation wins. A hopeless candidate is thus stopped after its cheapest fit. The
-budget bounds the whole search: no fit starts that would end past it (its time estimated from
-the same candidate's last fit, scaled to the rows; at least one fit runs), and if no candidate
-reached every row the leader so far is learned on all of them (the one fit allowed to end past
-the budget, reported as ``over_budget_s``). Every fit is reported (settings, rows, seconds,
-validation log-likelihood).
+``select_learnspn`` searches around it in three stages, every fit scored on the validation rows:
+
+1. *Structure*, by successive halving (Jamieson and Talwalkar 2016): every candidate of a grid
+   (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, thresholds 0.05, 0.1, 0.2, 0.3, and
+   with two or more discrete variables also Chow-Liu-tree leaves, ``fedpgm.circuits.chow_liu``,
+   at 2, 4 and 8 times the rule's slice minimum) is learned on a quarter of the training rows
+   (its slice minimum scaled with them); the best third goes on to half the rows, the best two
+   to all of them. A hopeless candidate is thus stopped after its cheapest fit. This stage may
+   use ``SEARCH_SHARE`` of the budget.
+2. *Smoothing and splits*, one setting at a time from the winner on all rows: the pseudo-count
+   ``alpha`` at each of ``ALPHAS``, then ``row_clusters`` at each of ``CLUSTERS``; a value is kept
+   where it scores higher, and while the largest value keeps winning the search goes on past
+   it (alpha times 4, one cluster more).
+3. *Parameters*: batch EM passes (``fedpgm.circuits.em``) over the training rows, stopped when
+   the validation score stops rising (the pass that lowered it is undone);
+   ``em_iterations`` reports how many were kept.
+
+The budget bounds the whole search: no fit or EM pass starts that would end past it (its time
+estimated from the same candidate's last fit, scaled to the rows; at least one fit runs), and
+if no candidate reached every row the leader so far is learned on all of them (the one fit
+allowed to end past the budget, reported as ``over_budget_s``). Every fit is reported
+(settings, rows, seconds, validation log-likelihood), and ``LearnSPN(**chosen)`` refits the
+chosen model.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 
 import numpy as np
 import pandas as pd
 
+from fedpgm.circuits.em import em
 from fedpgm.circuits.estimator import LearnSPN
+from fedpgm.circuits.leaves import ALPHA, std_floors
 from fedpgm.circuits.learnspn import LEAF_MODELS
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
@@ -41,12 +56,18 @@ MIN_SCALES = (0.5, 1.0, 2.0)
 TREE_MIN_SCALES = (2.0, 4.0, 8.0)  # Chow-Liu leaves pay off on larger slices (fewer, better-estimated trees)
 RUNGS = (0.25, 0.5, 1.0)  # fraction of the training rows per rung
 KEEP_AFTER_FIRST = 1 / 3  # share of candidates kept after rung 0; after rung 1, two
+SEARCH_SHARE = 0.6  # share of the budget the structure search may use (stages 2 and 3 get the rest)
+ALPHAS = (0.01, 0.5, 2.0)  # pseudo-counts tried beside the rule's ALPHA
+CLUSTERS = (3,)  # parts per row split tried beside 2
+EM_MAX = 200  # EM passes at most (the budget and the validation score usually stop it first)
+BEYOND = {"alpha": (ALPHAS, lambda a: 4 * a), "row_clusters": (CLUSTERS, lambda k: k + 1)}  # stage 2: grid, next
+SEARCHED = ("min_instances_slice", "threshold", "leaf_model", "alpha", "row_clusters", "em_iterations")
 
 
 def default_settings(rows: int, columns: int) -> dict:
-    """The starting rule (module doc): {"min_instances_slice", "threshold"}."""
+    """The starting rule (module doc): {"min_instances_slice", "threshold", "alpha", "row_clusters"}."""
     return {"min_instances_slice": max(10, round(math.sqrt(rows))),
-            "threshold": 0.3 if rows < 20 * columns else 0.1}
+            "threshold": 0.3 if rows < 20 * columns else 0.1, "alpha": ALPHA, "row_clusters": 2}
 
 
 def candidates(rows: int, columns: int, discrete: int = 0) -> list[dict]:
@@ -55,8 +76,8 @@ def candidates(rows: int, columns: int, discrete: int = 0) -> list[dict]:
     base = default_settings(rows, columns)["min_instances_slice"]
     scales = {"univariate": MIN_SCALES, "chow-liu": TREE_MIN_SCALES}
     models = LEAF_MODELS if discrete >= 2 else LEAF_MODELS[:1]
-    return [{"min_instances_slice": m, "threshold": t, "leaf_model": lm} for lm in models
-            for m in sorted({max(10, round(base * s)) for s in scales[lm]}) for t in THRESHOLDS]
+    return [{"min_instances_slice": m, "threshold": t, "leaf_model": lm, "alpha": ALPHA, "row_clusters": 2}
+            for lm in models for m in sorted({max(10, round(base * s)) for s in scales[lm]}) for t in THRESHOLDS]
 
 
 def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, budget_s: float = 120.0,
@@ -65,32 +86,46 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
     ``learner``: further LearnSPN parameters (leaf, precision, ...), the same for every fit."""
     if not budget_s > 0:
         raise FedpgmError(f"the selection budget must be positive seconds, got {budget_s}")
-    searched = sorted(set(learner) & {"min_instances_slice", "threshold", "leaf_model"})
+    searched = sorted(set(learner) & set(SEARCHED))
     if searched:
         raise FedpgmError(f"{searched} are what the selection searches; leave them out of the fixed settings")
     if len(valid) == 0:
         raise FedpgmError("selection needs validation rows; give the dataset a validation split")
+    if list(valid.columns) != list(train.columns):
+        lack = [c for c in train.columns if c not in valid.columns][:5]
+        extra = [c for c in valid.columns if c not in train.columns][:5]
+        raise FedpgmError(f"the validation rows' columns are not the training rows' (missing {lack}, extra {extra}, "
+                          "or in another order); give both the same columns in the same order")
     start = time.perf_counter()
-    order = np.random.default_rng(seed).permutation(len(train))
     tried: list[dict] = []
+
+    def fit(settings: dict, rows: np.ndarray) -> tuple[float, dict, LearnSPN]:
+        """One fit on ``train``'s ``rows`` (its slice minimum scaled with them), recorded in ``tried``."""
+        scaled = {**settings, "min_instances_slice": max(2, round(settings["min_instances_slice"] * len(rows)
+                                                                 / len(train)))}
+        t0 = time.perf_counter()
+        model = LearnSPN(**scaled, seed=seed, **learner).fit(train.iloc[rows], schema)
+        score = model.score(valid)
+        tried.append({**settings, "rows": len(rows), "seconds": time.perf_counter() - t0, "valid_loglik": score})
+        return score, settings, model
+
+    def affordable(settings: dict, rows: int, share: float = 1.0) -> bool:
+        """Whether a fit of ``settings`` on ``rows`` rows (timed by its last fit) ends within the budget's share."""
+        last = [t["seconds"] / t["rows"] for t in tried if all(t[k] == v for k, v in settings.items())]
+        return time.perf_counter() - start + (last[-1] * rows if last else 0.0) <= share * budget_s
+
+    everything = np.arange(len(train))
+    order = np.random.default_rng(seed).permutation(len(train))
     alive = candidates(len(train), len(schema), sum(f.discrete for f in schema.features))
     leader = None  # (validation score, settings): the best of the last rung run
     final = None  # (validation score, settings, model) of the best fit on every row
-    cost: dict = {}  # settings -> seconds of its last fit, per row
-    for rung, fraction in enumerate(RUNGS):
+    for rung, fraction in enumerate(RUNGS):  # stage 1
         rows = np.sort(order[: max(2, round(fraction * len(train)))])  # (in the data's order)
         scored: list[tuple[float, dict]] = []
         for c in alive:
-            expected = cost.get(tuple(c.items()), 0.0) * len(rows)  # its last fit, scaled to these rows
-            if (scored or leader is not None) and time.perf_counter() - start + expected > budget_s:
+            if (scored or leader is not None) and not affordable(c, len(rows), SEARCH_SHARE):
                 break  # no time for it: the leader goes to the final fit
-            scaled = {**c, "min_instances_slice": max(2, round(c["min_instances_slice"] * fraction))}
-            t0 = time.perf_counter()
-            model = LearnSPN(**scaled, seed=seed, **learner).fit(train.iloc[rows], schema)
-            score = model.score(valid)
-            seconds = time.perf_counter() - t0
-            cost[tuple(c.items())] = seconds / len(rows)
-            tried.append({**c, "rows": len(rows), "seconds": seconds, "valid_loglik": score})
+            score, _, model = fit(c, rows)
             scored.append((score, c))
             if fraction == 1.0 and (final is None or score > final[0]):
                 final = (score, c, model)
@@ -99,15 +134,37 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         scored.sort(key=lambda t: -t[0])
         leader = scored[0]
         alive = [c for _, c in scored[: max(1, round(len(scored) * KEEP_AFTER_FIRST)) if rung == 0 else 2]]
-        if time.perf_counter() - start > budget_s:
+        if time.perf_counter() - start > SEARCH_SHARE * budget_s:
             break
     if final is None:  # the budget ended before any fit on every row: learn the leader on them
         assert leader is not None  # (the first candidate is always fitted)
-        t0 = time.perf_counter()
-        model = LearnSPN(**leader[1], seed=seed, **learner).fit(train, schema)
-        final = (model.score(valid), leader[1], model)
-        tried.append({**leader[1], "rows": len(train), "seconds": time.perf_counter() - t0, "valid_loglik": final[0]})
+        final = fit(leader[1], everything)
+    for key, (values, beyond) in BEYOND.items():  # stage 2
+        queue = list(values)
+        while queue and affordable(final[1], len(train)):  # (timed by the winner's fit)
+            value = queue.pop(0)
+            other = fit({**final[1], key: value}, everything)
+            if other[0] > final[0]:
+                final = other
+                if not queue:  # the grid's largest value won: go on past it while it wins
+                    queue.append(beyond(value))
+    model, em_passes = final[2], 0  # stage 3
+    X, seconds = model._matrix(train), tried[-1]["seconds"]  # (a pass costs about what a fit does)
+    floors = std_floors(X, model.min_std_fraction)
+    while em_passes < EM_MAX and time.perf_counter() - start + seconds <= budget_s:
+        t0, before = time.perf_counter(), copy.deepcopy(model.circuit_)
+        em(model.circuit_, X, 1, floors=floors, alpha=model.alpha)
+        model.compiled_ = model._compile(model.circuit_)
+        score, seconds = model.score(valid), time.perf_counter() - t0
+        tried.append({**final[1], "em_iterations": em_passes + 1, "rows": len(train), "seconds": seconds,
+                      "valid_loglik": score})
+        if score <= final[0]:
+            model.circuit_, model.compiled_ = before, model._compile(before)
+            break
+        final, em_passes = (score, final[1], model), em_passes + 1
+    model.set_params(em_iterations=em_passes)
     elapsed = time.perf_counter() - start
-    report = {"chosen": final[1], "valid_loglik": final[0], "default": default_settings(len(train), len(schema)),
-              "tried": tried, "budget_s": budget_s, "seconds": elapsed, "over_budget_s": max(0.0, elapsed - budget_s)}
-    return final[2], report
+    report = {"chosen": {**final[1], "em_iterations": em_passes}, "valid_loglik": final[0],
+              "default": default_settings(len(train), len(schema)), "tried": tried, "budget_s": budget_s,
+              "seconds": elapsed, "over_budget_s": max(0.0, elapsed - budget_s)}
+    return model, report

@@ -10,7 +10,8 @@ from rich import box
 from rich.table import Table
 
 from fedpgm.cli_common import (AnswersOut, Backend, BatchSize, DataDir, Device, Epochs, Evidence, Force, Inputs, Label,
-                               LeafModel, Missing, Mpe, Pieces, QueryColumns, Rows, Structure, TrainMethod, Units,
+                               em_passes, Alpha, EmIterations, LeafModel, Missing, Mpe, RowClusters, Pieces,
+                               QueryColumns, Rows, Structure, TrainMethod, Units,
                                dense_params, SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
                                console, finish, load, one_of, prepare_outputs, stages)
 from fedpgm.errors import FedpgmError
@@ -63,10 +64,10 @@ def fit(
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram",
                                       click_type=one_of("leaf"))] = "gaussian",
-    leaf_model: LeafModel = "univariate",
+    leaf_model: LeafModel = "univariate", alpha: Alpha = 0.1, row_clusters: RowClusters = 2,
     by_label: Annotated[bool, typer.Option(help="LearnSPN: root sum over the label's values, one structure "
                                                 "per class (a generative classifier p(y) p(x | y))")] = False,
-    em_iterations: Annotated[int, typer.Option(help="RAT-SPN: EM passes")] = 20,
+    em_iterations: EmIterations = None,
     restarts: Annotated[int, typer.Option(help="RAT-SPN: initialisations per circuit, the best training "
                                                "log-likelihood kept")] = 1,
     structure: Structure = "pd", units: Units = 10, pieces: Pieces = 8, inputs: Inputs = "gaussian",
@@ -119,11 +120,13 @@ def fit(
                           "the clients, so use --placement server to save one")
     by_learner: dict[str, dict] = {
         "learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "by_label": by_label,
-                     "leaf_model": leaf_model},
+                     "leaf_model": leaf_model, "alpha": alpha, "row_clusters": row_clusters,
+                     "em_iterations": em_passes(learner, em_iterations)},
         "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root, "trees": trees,
                  "ensemble": ensemble},
         "pd": dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed)}
-    params = by_learner.get(learner, {"leaf": leaf, "em_iterations": em_iterations, "restarts": restarts})
+    params = by_learner.get(learner, {"leaf": leaf, "em_iterations": em_passes(learner, em_iterations),
+                                      "restarts": restarts})
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap, regions, band),

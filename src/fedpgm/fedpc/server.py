@@ -70,7 +70,7 @@ def learner_params(learner: str, params: dict | None, seed: int) -> dict:
         raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
     out = {**DEFAULT_PARAMS[learner], **(params or {}), "seed": seed}
     try:
-        ESTIMATORS[learner](**out)
+        ESTIMATORS[learner](**out).check_params()
     except TypeError as e:
         raise FedpgmError(f"bad parameters for the {learner} learner ({e})") from None
     if out.get("min_instances_slice", 1) < 1:
