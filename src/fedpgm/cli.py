@@ -201,8 +201,10 @@ app.add_typer(pc_app, name="pc")
 @pc_app.command("fit")
 def pc_fit(
     dataset: str,
-    learner: Annotated[str, typer.Option(help="learnspn, ratspn, or pd (dense circuits, images: the label is "
-                                              "left out and the circuit models the pixels)")] = "learnspn",
+    learner: Annotated[str, typer.Option(help="learnspn, learnspn-cv (LearnSPN choosing its settings on 10% of the "
+                                              "training rows within --budget-s), ratspn, or pd (dense circuits, "
+                                              "images: the label is left out and the circuit models the "
+                                              "pixels)")] = "learnspn",
     min_instances: Annotated[int, typer.Option(help="LearnSPN: min rows per slice")] = 100,
     threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram (Mixed SPN)",
@@ -216,7 +218,8 @@ def pc_fit(
              "and --em-iterations on the validation rows within --budget-s (fedpgm.circuits.selection); a "
              "dataset without a validation split gives up 10% of its training rows",
         click_type=one_of("select"))] = None,
-    budget_s: Annotated[float, typer.Option("--budget-s", min=1.0, help="--select: wall-time budget, seconds")] = 120.0,
+    budget_s: Annotated[float, typer.Option("--budget-s", min=1.0, help="--select and learnspn-cv: wall-time "
+                                                                       "budget, seconds")] = 120.0,
     structure: Structure = "pd", units: Units = 10, pieces: Pieces = 8, inputs: Inputs = "gaussian",
     epochs: Epochs = 5, train: TrainMethod = "online", batch_size: BatchSize = 64, device: Device = "auto",
     seed: Seed = 0,
@@ -245,6 +248,7 @@ def pc_fit(
     params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "leaf_model": leaf_model,
                "alpha": alpha, "row_clusters": row_clusters, "em_iterations": passes, "seed": seed}
               if learner == "learnspn" else
+              {"budget_s": budget_s, "leaf": leaf, "seed": seed} if learner == "learnspn-cv" else
               dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed) if dense else
               {"depth": depth, "repetitions": repetitions, "em_iterations": passes, "leaf": leaf,
                "seed": seed})

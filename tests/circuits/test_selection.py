@@ -1,11 +1,19 @@
 from itertools import takewhile
 
+import numpy as np
 import pytest
 
+from fedpgm.circuits import selection
 from fedpgm.circuits.estimator import LearnSPN
-from fedpgm.circuits.selection import BEYOND, RUNGS, candidates, default_settings, select_learnspn
+from fedpgm.circuits.selection import BEYOND, RUNGS, LearnSPNCV, candidates, default_settings, select_learnspn
 from fedpgm.data import load_dataset
 from fedpgm.errors import FedpgmError
+
+
+@pytest.fixture(autouse=True)
+def few_em_passes(monkeypatch):
+    """At most 3 EM passes per search: the searches here end by their grids, never by the clock."""
+    monkeypatch.setattr(selection, "EM_MAX", 3)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +59,7 @@ def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validati
     scores = [stage1["valid_loglik"]] + [t["valid_loglik"] for t in em_passes]
     kept = chosen["em_iterations"]
     assert all(a < b for a, b in zip(scores[: kept], scores[1: kept + 1]))  # each kept pass raised validation
-    assert kept == len(em_passes) or scores[kept + 1] <= scores[kept]  # the pass that did not was undone
+    assert kept == len(em_passes) == 3 or scores[kept + 1] <= scores[kept]  # the pass that did not was undone
     assert model.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-9) == pytest.approx(scores[kept])
     refit = LearnSPN(**chosen, seed=0).fit(train, ds.schema)  # the chosen settings give the chosen model
     assert refit.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-6)
@@ -94,3 +102,16 @@ def test_validation_rows_with_other_columns_are_refused(mixed):
         select_learnspn(train, other, ds.schema, budget_s=10)
     with pytest.raises(FedpgmError, match="in another order"):
         select_learnspn(train, valid[valid.columns[::-1]], ds.schema, budget_s=10)
+
+
+def test_learnspn_cv_is_the_selection_on_its_own_held_out_rows(mixed):
+    train, _, ds = mixed
+    model = LearnSPNCV(budget_s=60, valid_fraction=0.2, min_instances_floor=150, seed=1).fit(train, ds.schema)
+    held = np.zeros(len(train), dtype=bool)
+    held[np.random.default_rng(1).permutation(len(train))[: round(0.2 * len(train))]] = True
+    same, report = select_learnspn(train[~held], train[held], ds.schema, budget_s=60, seed=1, min_instances_floor=150)
+    assert model.selection_["chosen"] == report["chosen"]
+    assert all(t["min_instances_slice"] >= 150 for t in report["tried"] if t["rows"] == len(train[~held]))
+    np.testing.assert_allclose(model.log_likelihood(ds.test), same.log_likelihood(ds.test), atol=1e-9)
+    with pytest.raises(FedpgmError, match="valid_fraction"):
+        LearnSPNCV(valid_fraction=1.5).fit(train, ds.schema)

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from fedpgm.circuits.estimator import LearnSPN
+from fedpgm.circuits import selection
+from fedpgm.circuits.selection import LearnSPNCV
 from fedpgm.data import load_dataset, partition
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
@@ -149,6 +151,27 @@ def test_clients_with_chow_liu_tree_leaves():
     mixture = np.log(sum(wk * np.exp(m.score_samples(ds.test)) for wk, m in zip(w, local)))
     np.testing.assert_allclose(trees.log_likelihood(ds.test), mixture, atol=1e-9)
     assert trees.score(ds.test) > flat.score(ds.test) + 0.1
+
+
+def test_clients_choosing_their_own_learnspn_settings(monkeypatch):
+    """learnspn-cv: each horizontal client runs the validation search on its own rows (nothing of
+    it is sent but the circuit); the FedPC is the row-weighted mixture of the circuits each
+    client's LearnSPNCV gives, and every chosen slice minimum stays at the client's policy floor."""
+    monkeypatch.setattr(selection, "EM_MAX", 2)  # (the search ends by its grid, never by the clock)
+    ds = load_dataset("bn:asia", rows=3000, seed=0)
+    part = partition(ds, "horizontal", 2, seed=0, scheme="iid")
+    for c in part.clients:
+        c.policy = ClientPolicy(min_rows=400)
+    model = run(part, clusters=1, learner="learnspn-cv", params={"budget_s": 30})
+    model.circuit.validate()
+    assert all(n == ["min_instances_floor raised from 1 to 400 by the client's policy (min_rows)"]
+               for n in model.info["client_policy"].values())
+    local = [LearnSPNCV(budget_s=30, min_instances_floor=400, min_leaf_rows=400).fit(c.train, c.schema)
+             for c in part.clients]
+    assert all(m.selection_["chosen"]["min_instances_slice"] >= 400 for m in local)
+    w = np.array([len(c.train) for c in part.clients]) / len(ds.train)
+    mixture = np.log(sum(wk * np.exp(m.score_samples(ds.test)) for wk, m in zip(w, local)))
+    np.testing.assert_allclose(model.log_likelihood(ds.test), mixture, atol=1e-9)
 
 
 def test_save_and_load_round_trip(mixed, tmp_path):

@@ -68,11 +68,13 @@ class CircuitEstimator(CheckedParams, ABC):
         "leaf": [StrOptions(set(CONTINUOUS_LEAVES))],
     }
 
-    def fit(self, X, y=None, schema: Schema | None = None, reference=None) -> "CircuitEstimator":
+    def fit(self, X, y=None, schema: Schema | None = None, reference=None,
+            floors: np.ndarray | None = None) -> "CircuitEstimator":
         """Learn from ``X`` (and class labels ``y``). Continuous leaves keep a std of at least
         ``min_std_fraction`` of their column's std in ``reference`` (rows like ``X``; default
         ``X`` itself: FedPC passes a client's whole table when it learns one circuit per
-        cluster). A ``Schema`` as second argument is taken as ``schema``."""
+        cluster), or of ``floors`` (one per column) where given. A ``Schema`` as second argument
+        is taken as ``schema``."""
         self.check_params()
         if isinstance(y, Schema):
             schema, y = y, None
@@ -91,7 +93,8 @@ class CircuitEstimator(CheckedParams, ABC):
             self.classes_: np.ndarray | None = None
         self.schema_ = schema
         X = as_matrix(X, schema)
-        floors = std_floors(X if reference is None else as_matrix(reference, schema), self.min_std_fraction)
+        if floors is None:
+            floors = std_floors(X if reference is None else as_matrix(reference, schema), self.min_std_fraction)
         self.circuit_ = self._learn(schema, X, floors)
         self.compiled_ = self._compile(self.circuit_)
         return self

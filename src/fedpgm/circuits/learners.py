@@ -17,11 +17,12 @@ from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.dense_estimator import DensePC
 from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN, RatSPN
 from fedpgm.circuits.io import load_circuit
+from fedpgm.circuits.selection import LearnSPNCV
 from fedpgm.circuits.queries import log_likelihood
 from fedpgm.circuits.structure import Circuit
 from fedpgm.errors import FedpgmError
 
-ESTIMATORS = {"learnspn": LearnSPN, "ratspn": RatSPN, "pd": DensePC}
+ESTIMATORS = {"learnspn": LearnSPN, "learnspn-cv": LearnSPNCV, "ratspn": RatSPN, "pd": DensePC}
 DENSE_LEARNERS = ("pd",)
 
 

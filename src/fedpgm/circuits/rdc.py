@@ -37,31 +37,33 @@ def onehot_copula(col: np.ndarray, cardinality: int) -> np.ndarray:
 
 
 def random_features(data: np.ndarray, cardinalities: list[int], k: int = 10, s: float = 1.0 / 6.0,
-                    seed: int = 0) -> np.ndarray:
-    """(n, d) data -> (n, d, 2k) sine and cosine features of each variable's copula.
+                    seed: int = 0) -> torch.Tensor:
+    """(n, d) data -> (n, d, 2k) float64 sine and cosine features of each variable's copula.
 
     The copula of every single-column variable comes from one ranking call and its features from
-    one broadcast product; the projections are drawn variable by variable, in order, so the
-    result is the per-variable definition's, bit for bit (``tests/circuits/test_rdc.py``).
+    one broadcast product (sine and cosine by torch: vectorised and threaded, 2-3x numpy's); the
+    projections are drawn variable by variable, in order, so the result is the per-variable
+    definition's to rounding (``tests/circuits/test_rdc.py``).
     """
     n, d = data.shape
     rng = np.random.default_rng(seed)
     data = filled(data)
     single = [j for j in range(d) if cardinalities[j] <= 2]
     copula = {j: onehot_copula(data[:, j], cardinalities[j]) for j in range(d) if cardinalities[j] > 2}
-    ranks = rankdata(data[:, single], axis=0) / n if single else np.zeros((n, 0))
     draws = {}
     for j in range(d):  # as in the RDC paper: weights ~ N(0, s^2 / inputs), the bias an input
         m = 1 if j not in copula else copula[j].shape[1]
         draws[j] = rng.normal(size=(m + 1, k)) * (s / (m + 1))
-    feats = np.empty((n, d, 2 * k))
+    feats = torch.empty((n, d, 2 * k), dtype=torch.float64)
     if single:
-        w = np.stack([draws[j] for j in single])  # (d1, 2, k)
-        proj = ranks[:, :, None] * w[None, :, 0, :] + w[None, :, 1, :]
-        feats[:, single, :k], feats[:, single, k:] = np.sin(proj), np.cos(proj)
+        ranks = torch.from_numpy(rankdata(data[:, single], axis=0) / n)  # (n, d1)
+        w = torch.from_numpy(np.stack([draws[j] for j in single]))  # (d1, 2, k)
+        proj = torch.addcmul(w[:, 1, :], ranks[:, :, None], w[:, 0, :])  # (n, d1, k)
+        at = slice(None) if len(single) == d else torch.tensor(single)
+        feats[:, at, :k], feats[:, at, k:] = proj.sin(), proj.cos()
     for j, x in copula.items():
-        proj = x @ draws[j][:-1] + draws[j][-1]
-        feats[:, j, :k], feats[:, j, k:] = np.sin(proj), np.cos(proj)
+        proj = torch.from_numpy(x @ draws[j][:-1] + draws[j][-1])
+        feats[:, j, :k], feats[:, j, k:] = proj.sin(), proj.cos()
     return feats
 
 
@@ -72,8 +74,7 @@ def rdc_matrix(data: np.ndarray, cardinalities: list[int], k: int = 10, s: float
     ``cardinalities[j]`` is 0 for a continuous variable, else its number of states.
     """
     n, d = data.shape
-    feats = random_features(data, cardinalities, k, s, seed)
-    f = torch.from_numpy(feats)
+    f = random_features(data, cardinalities, k, s, seed)
     f = f - f.mean(dim=0)
     # Whiten each variable's features (eigen-decomposition of its own Gram block), keeping
     # only directions with variance: a binary variable has one, a constant one none (so its

@@ -39,13 +39,15 @@ from __future__ import annotations
 import copy
 import math
 import time
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
+from sklearn.utils._param_validation import Interval
 
 from fedpgm.circuits.em import em
-from fedpgm.circuits.estimator import LearnSPN
-from fedpgm.circuits.leaves import ALPHA, std_floors
+from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN
+from fedpgm.circuits.leaves import ALPHA, MIN_STD_FRACTION, std_floors
 from fedpgm.circuits.learnspn import LEAF_MODELS
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
@@ -81,9 +83,12 @@ def candidates(rows: int, columns: int, discrete: int = 0) -> list[dict]:
 
 
 def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, budget_s: float = 120.0,
-                    seed: int = 0, **learner) -> tuple[LearnSPN, dict]:
+                    seed: int = 0, min_instances_floor: int = 1, floors: np.ndarray | None = None,
+                    **learner) -> tuple[LearnSPN, dict]:
     """The best LearnSPN on ``valid`` (module doc): (model fitted on all of ``train``, report).
-    ``learner``: further LearnSPN parameters (leaf, precision, ...), the same for every fit."""
+    ``learner``: further LearnSPN parameters (leaf, precision, ...), the same for every fit; no
+    candidate's slice minimum lies below ``min_instances_floor`` (a FedPC client's policy) on
+    all rows; ``floors``: continuous leaves' least stds (``LearnSPN.fit``)."""
     if not budget_s > 0:
         raise FedpgmError(f"the selection budget must be positive seconds, got {budget_s}")
     searched = sorted(set(learner) & set(SEARCHED))
@@ -104,7 +109,7 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         scaled = {**settings, "min_instances_slice": max(2, round(settings["min_instances_slice"] * len(rows)
                                                                  / len(train)))}
         t0 = time.perf_counter()
-        model = LearnSPN(**scaled, seed=seed, **learner).fit(train.iloc[rows], schema)
+        model = LearnSPN(**scaled, seed=seed, **learner).fit(train.iloc[rows], schema, floors=floors)
         score = model.score(valid)
         tried.append({**settings, "rows": len(rows), "seconds": time.perf_counter() - t0, "valid_loglik": score})
         return score, settings, model
@@ -116,7 +121,10 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
 
     everything = np.arange(len(train))
     order = np.random.default_rng(seed).permutation(len(train))
-    alive = candidates(len(train), len(schema), sum(f.discrete for f in schema.features))
+    alive = []
+    for c in candidates(len(train), len(schema), sum(f.discrete for f in schema.features)):
+        c = {**c, "min_instances_slice": max(c["min_instances_slice"], min_instances_floor)}
+        alive += [c] if c not in alive else []
     leader = None  # (validation score, settings): the best of the last rung run
     final = None  # (validation score, settings, model) of the best fit on every row
     for rung, fraction in enumerate(RUNGS):  # stage 1
@@ -168,3 +176,38 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
               "default": default_settings(len(train), len(schema)), "tried": tried, "budget_s": budget_s,
               "seconds": elapsed, "over_budget_s": max(0.0, elapsed - budget_s)}
     return model, report
+
+
+class LearnSPNCV(CircuitEstimator):
+    """LearnSPN whose settings ``fit`` chooses by ``select_learnspn`` within ``budget_s``, on
+    ``valid_fraction`` of its rows held out (seeded), as scikit-learn's ``*CV`` estimators do;
+    the circuit is the chosen model's (fitted on the other rows) and ``selection_`` the search's
+    report. A FedPC client given this learner chooses its own settings on its own rows."""
+
+    _parameter_constraints = {
+        **CircuitEstimator._parameter_constraints,
+        "budget_s": [Interval(Real, 0, None, closed="neither")],
+        "valid_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "min_instances_floor": [Interval(Integral, 1, None, closed="left")],
+        "by_label": ["boolean"],
+        "min_leaf_rows": [Interval(Integral, 1, None, closed="left")],
+    }
+
+    def __init__(self, budget_s: float = 120.0, valid_fraction: float = 0.1, min_instances_floor: int = 1,
+                 leaf: str = "gaussian", seed: int = 0, precision: str = "float64",
+                 min_std_fraction: float = MIN_STD_FRACTION, by_label: bool = False, min_leaf_rows: int = 1) -> None:
+        self.budget_s, self.valid_fraction, self.min_instances_floor = budget_s, valid_fraction, min_instances_floor
+        self.leaf, self.seed, self.precision, self.min_std_fraction = leaf, seed, precision, min_std_fraction
+        self.by_label, self.min_leaf_rows = by_label, min_leaf_rows
+
+    def _learn(self, schema, X, floors):
+        if len(X) < 2:
+            raise FedpgmError(f"LearnSPNCV needs at least 2 rows to hold some out, got {len(X)}")
+        frame = pd.DataFrame(X, columns=schema.names)
+        held = np.zeros(len(X), dtype=bool)
+        held[np.random.default_rng(self.seed).permutation(len(X))[: max(1, round(self.valid_fraction * len(X)))]] = True
+        model, self.selection_ = select_learnspn(
+            frame[~held], frame[held], schema, self.budget_s, self.seed, self.min_instances_floor, floors,
+            leaf=self.leaf, precision=self.precision, min_std_fraction=self.min_std_fraction, by_label=self.by_label,
+            min_leaf_rows=self.min_leaf_rows)
+        return model.circuit_

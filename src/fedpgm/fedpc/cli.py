@@ -44,9 +44,13 @@ def fit(
                                            "each row's cluster index, not its data)",
                                       click_type=one_of("glue"))] = "random",
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
-    learner: Annotated[str, typer.Option(help="local learner: learnspn, ratspn, pd (dense circuits for images: the "
-                                              "label only shapes the partition), or tree (FC[DT]: a decision "
-                                              "tree per labelled client under one root)")] = "learnspn",
+    learner: Annotated[str, typer.Option(help="local learner: learnspn, learnspn-cv (each client chooses its "
+                                              "LearnSPN settings on 10% of its rows within --budget-s per circuit), "
+                                              "ratspn, pd (dense circuits for images: the label only shapes the "
+                                              "partition), or tree (FC[DT]: a decision tree per labelled client "
+                                              "under one root)")] = "learnspn",
+    budget_s: Annotated[float, typer.Option("--budget-s", min=1.0, help="learnspn-cv: selection's wall-time "
+                                                                       "budget per circuit, seconds")] = 120.0,
     max_depth: Annotated[Optional[int], typer.Option(help="tree: maximum depth (default: unlimited)")] = None,
     min_leaf: Annotated[Optional[int], typer.Option(help="tree: min rows per leaf (default: 5 under a mean "
                                                          "root; each client's cross-validated choice under a "
@@ -122,6 +126,7 @@ def fit(
         "learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "by_label": by_label,
                      "leaf_model": leaf_model, "alpha": alpha, "row_clusters": row_clusters,
                      "em_iterations": em_passes(learner, em_iterations)},
+        "learnspn-cv": {"budget_s": budget_s, "leaf": leaf, "by_label": by_label},
         "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root, "trees": trees,
                  "ensemble": ensemble},
         "pd": dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed)}

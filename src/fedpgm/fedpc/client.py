@@ -134,8 +134,10 @@ def fit(request: Message, ctx: ClientContext) -> Message:
     ctx.require_rows(len(ctx.data.train), "a circuit")
     if "min_instances_slice" in params:  # the client's floor, whatever the server asked
         params["min_instances_slice"] = ctx.floor("min_instances_slice", params["min_instances_slice"])
-    if learner == "learnspn":
+    if learner in ("learnspn", "learnspn-cv"):
         params["min_leaf_rows"] = ctx.policy.min_rows
+    if learner == "learnspn-cv":  # the settings this client chooses stay above its floor too
+        params["min_instances_floor"] = ctx.floor("min_instances_floor", params.get("min_instances_floor", 1))
     start = time.process_time()
     arrays, entries = {}, []
     folder = ctx.workdir / FOLDER

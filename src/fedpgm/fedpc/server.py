@@ -33,6 +33,7 @@ from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue
 
 PLACEMENTS = ("server", "split")
 DEFAULT_PARAMS = {"learnspn": {"min_instances_slice": 100, "threshold": 0.3, "leaf": "gaussian"},
+                  "learnspn-cv": {},  # LearnSPNCV's own defaults: 120 s of selection per circuit
                   "ratspn": {"depth": 2, "repetitions": 4, "n_sums": 4, "n_inputs": 4, "leaf": "gaussian",
                              "em_iterations": 20},
                   "pd": {}}  # DensePC's own defaults: the paper's MNIST settings (Table 5)
