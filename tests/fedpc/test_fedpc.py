@@ -164,10 +164,12 @@ def test_clients_choosing_their_own_learnspn_settings(monkeypatch):
         c.policy = ClientPolicy(min_rows=400)
     model = run(part, clusters=1, learner="learnspn-cv", params={"budget_s": 30})
     model.circuit.validate()
-    assert all(n == ["min_instances_floor raised from 1 to 400 by the client's policy (min_rows)"]
-               for n in model.info["client_policy"].values())
-    local = [LearnSPNCV(budget_s=30, min_instances_floor=400, min_leaf_rows=400).fit(c.train, c.schema)
-             for c in part.clients]
+    assert all(n == ["min_instances_floor raised from 1 to 400 by the client's policy (min_rows)",
+                     "max_em_iterations lowered to 0 by the client's policy (min_rows 400): EM refits leaves on "
+                     "soft counts, which may rest on fewer rows"] for n in model.info["client_policy"].values())
+    local = [LearnSPNCV(budget_s=30, min_instances_floor=400, min_leaf_rows=400, max_em_iterations=0)
+             .fit(c.train, c.schema) for c in part.clients]
+    assert all(m.selection_["chosen"]["em_iterations"] == 0 for m in local)
     assert all(m.selection_["chosen"]["min_instances_slice"] >= 400 for m in local)
     w = np.array([len(c.train) for c in part.clients]) / len(ds.train)
     mixture = np.log(sum(wk * np.exp(m.score_samples(ds.test)) for wk, m in zip(w, local)))
@@ -194,7 +196,7 @@ def test_bad_inputs(mixed):
         run(part, clusters=0)
     with pytest.raises(FedpgmError, match="unknown glue"):
         run(part, glue_how="magic")
-    with pytest.raises(FedpgmError, match="min_instances_slice must be >= 1"):
+    with pytest.raises(FedpgmError, match=r"'min_instances_slice' parameter of LearnSPN must be an int in the range \[1, inf\)"):
         run(part, params={"min_instances_slice": 0})
     misaligned = partition(mixed, "vertical", 2, seed=0)
     misaligned.clients[1].train = misaligned.clients[1].train.iloc[:-5]

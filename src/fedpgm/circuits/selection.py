@@ -84,11 +84,12 @@ def candidates(rows: int, columns: int, discrete: int = 0) -> list[dict]:
 
 def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, budget_s: float = 120.0,
                     seed: int = 0, min_instances_floor: int = 1, floors: np.ndarray | None = None,
-                    **learner) -> tuple[LearnSPN, dict]:
+                    max_em_iterations: int | None = None, **learner) -> tuple[LearnSPN, dict]:
     """The best LearnSPN on ``valid`` (module doc): (model fitted on all of ``train``, report).
     ``learner``: further LearnSPN parameters (leaf, precision, ...), the same for every fit; no
     candidate's slice minimum lies below ``min_instances_floor`` (a FedPC client's policy) on
-    all rows; ``floors``: continuous leaves' least stds (``LearnSPN.fit``)."""
+    all rows; ``floors``: continuous leaves' least stds (``LearnSPN.fit``); ``max_em_iterations``:
+    stage 3's passes at most (default ``EM_MAX``; 0 skips it)."""
     if not budget_s > 0:
         raise FedpgmError(f"the selection budget must be positive seconds, got {budget_s}")
     searched = sorted(set(learner) & set(SEARCHED))
@@ -159,7 +160,8 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
     model, em_passes = final[2], 0  # stage 3
     X, seconds = model._matrix(train), tried[-1]["seconds"]  # (a pass costs about what a fit does)
     floors = std_floors(X, model.min_std_fraction)
-    while em_passes < EM_MAX and time.perf_counter() - start + seconds <= budget_s:
+    most = EM_MAX if max_em_iterations is None else max_em_iterations
+    while em_passes < most and time.perf_counter() - start + seconds <= budget_s:
         t0, before = time.perf_counter(), copy.deepcopy(model.circuit_)
         em(model.circuit_, X, 1, floors=floors, alpha=model.alpha)
         model.compiled_ = model._compile(model.circuit_)
@@ -191,14 +193,16 @@ class LearnSPNCV(CircuitEstimator):
         "min_instances_floor": [Interval(Integral, 1, None, closed="left")],
         "by_label": ["boolean"],
         "min_leaf_rows": [Interval(Integral, 1, None, closed="left")],
+        "max_em_iterations": [Interval(Integral, 0, None, closed="left"), None],
     }
 
     def __init__(self, budget_s: float = 120.0, valid_fraction: float = 0.1, min_instances_floor: int = 1,
                  leaf: str = "gaussian", seed: int = 0, precision: str = "float64",
-                 min_std_fraction: float = MIN_STD_FRACTION, by_label: bool = False, min_leaf_rows: int = 1) -> None:
+                 min_std_fraction: float = MIN_STD_FRACTION, by_label: bool = False, min_leaf_rows: int = 1,
+                 max_em_iterations: int | None = None) -> None:
         self.budget_s, self.valid_fraction, self.min_instances_floor = budget_s, valid_fraction, min_instances_floor
         self.leaf, self.seed, self.precision, self.min_std_fraction = leaf, seed, precision, min_std_fraction
-        self.by_label, self.min_leaf_rows = by_label, min_leaf_rows
+        self.by_label, self.min_leaf_rows, self.max_em_iterations = by_label, min_leaf_rows, max_em_iterations
 
     def _learn(self, schema, X, floors):
         if len(X) < 2:
@@ -208,6 +212,6 @@ class LearnSPNCV(CircuitEstimator):
         held[np.random.default_rng(self.seed).permutation(len(X))[: max(1, round(self.valid_fraction * len(X)))]] = True
         model, self.selection_ = select_learnspn(
             frame[~held], frame[held], schema, self.budget_s, self.seed, self.min_instances_floor, floors,
-            leaf=self.leaf, precision=self.precision, min_std_fraction=self.min_std_fraction, by_label=self.by_label,
-            min_leaf_rows=self.min_leaf_rows)
+            self.max_em_iterations, leaf=self.leaf, precision=self.precision, min_std_fraction=self.min_std_fraction,
+            by_label=self.by_label, min_leaf_rows=self.min_leaf_rows)
         return model.circuit_

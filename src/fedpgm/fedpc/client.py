@@ -138,6 +138,13 @@ def fit(request: Message, ctx: ClientContext) -> Message:
         params["min_leaf_rows"] = ctx.policy.min_rows
     if learner == "learnspn-cv":  # the settings this client chooses stay above its floor too
         params["min_instances_floor"] = ctx.floor("min_instances_floor", params.get("min_instances_floor", 1))
+    em_key = {"learnspn": "em_iterations", "learnspn-cv": "max_em_iterations"}.get(learner)
+    if em_key and ctx.policy.min_rows > 1 and params.get(em_key, None if learner == "learnspn-cv" else 0) != 0:
+        # EM refits a leaf on soft counts, which can rest on a single row whatever min_leaf_rows says
+        # (credit: Gaussian means equal to raw rows, caught by the privacy audit)
+        params[em_key] = 0
+        ctx.notes.append(f"{em_key} lowered to 0 by the client's policy (min_rows {ctx.policy.min_rows}): EM "
+                         "refits leaves on soft counts, which may rest on fewer rows")
     start = time.process_time()
     arrays, entries = {}, []
     folder = ctx.workdir / FOLDER

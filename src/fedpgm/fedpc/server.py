@@ -74,8 +74,6 @@ def learner_params(learner: str, params: dict | None, seed: int) -> dict:
         ESTIMATORS[learner](**out).check_params()
     except TypeError as e:
         raise FedpgmError(f"bad parameters for the {learner} learner ({e})") from None
-    if out.get("min_instances_slice", 1) < 1:
-        raise FedpgmError(f"min_instances_slice must be >= 1, got {out['min_instances_slice']}")
     return out
 
 
