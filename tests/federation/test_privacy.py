@@ -187,6 +187,23 @@ def test_sorted_copies_of_a_continuous_column_are_caught(leak):
         PrivacyAudit([smooth]).check("s", Message("m", {"w": payload}))
 
 
+def test_a_column_with_runs_of_whole_numbers_does_not_flag_a_circuits_child_indices():
+    """Credit's DebtRatio: ratios to 6 decimals, and where income is missing, whole dollar amounts,
+    some consecutive. Matched up to scale and shift, such a run is any evenly spaced list, such as
+    a circuit's child indices, which the audit once refused as a sorted copy. A real sorted copy
+    (scaled and shifted) is still caught."""
+    import pandas as pd
+    from fedpgm.data.partition import ClientData
+    from fedpgm.data.schema import Feature, Schema
+    rng = np.random.default_rng(4)
+    values = np.concatenate([np.round(rng.uniform(0, 2, 3000), 6), np.arange(4000.0, 4040.0)])
+    client = ClientData("c", Schema((Feature("ratio", "continuous"),)), pd.DataFrame({"ratio": rng.permutation(values)}))
+    audit = PrivacyAudit([client])
+    audit.check("c", Message("fit", config={"nodes": [{"type": "product", "children": list(range(812, 830))}]}))
+    with pytest.raises(PrivacyViolation, match="consecutive sorted values of column 'ratio'"):
+        audit.check("c", Message("m", {"w": np.sort(values)[:200] * 2}))
+
+
 def test_wide_rows_in_any_order_are_caught_without_sorting_every_window():
     """Image rows (64 and 784 pixels, wider than a sorted window is ever compared whole): a
     shuffled copy of one hidden in a large parameter array is found; the array without it passes."""

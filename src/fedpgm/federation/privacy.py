@@ -273,6 +273,15 @@ def gap_bits(win: np.ndarray, quantum: float) -> np.ndarray:
     return np.log2(1.0 + np.diff(win, axis=1) / quantum).sum(axis=1)
 
 
+def evenly_spaced(win: np.ndarray) -> np.ndarray:
+    """(n,) whether each window's gaps are all equal (to 1e-9 of the largest): such a run, matched
+    up to scale and shift, is any arithmetic progression, e.g. a circuit's list of consecutive
+    child indices (credit's DebtRatio holds runs of consecutive whole numbers), and identifies no
+    one."""
+    gaps = np.diff(win, axis=1)
+    return np.ptp(gaps, axis=1) <= 1e-9 * np.abs(gaps).max(axis=1)
+
+
 def both_signs(windows: np.ndarray, canon: Callable) -> np.ndarray:
     """Canonical patterns of raw windows and of their negations (a * x + b with a < 0)."""
     return np.concatenate([canon(windows), canon(-windows)])
@@ -325,6 +334,8 @@ class ClientPatterns:
                         continue
                     win = column_windows(srt, w)
                     win = win[bits0 + gap_bits(win, quantum) >= RUN_BITS]
+                    if affine:  # an affine image of an evenly spaced run is every evenly spaced run
+                        win = win[~evenly_spaced(win)]
                     pats, what = group.setdefault(w, ([], []))
                     pats.append(win)
                     what += [f"{w} consecutive sorted values of column '{f.name}'"
