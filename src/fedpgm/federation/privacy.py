@@ -273,13 +273,17 @@ def gap_bits(win: np.ndarray, quantum: float) -> np.ndarray:
     return np.log2(1.0 + np.diff(win, axis=1) / quantum).sum(axis=1)
 
 
-def evenly_spaced(win: np.ndarray) -> np.ndarray:
-    """(n,) whether each window's gaps are all equal (to 1e-9 of the largest): such a run, matched
-    up to scale and shift, is any arithmetic progression, e.g. a circuit's list of consecutive
-    child indices (credit's DebtRatio holds runs of consecutive whole numbers), and identifies no
-    one."""
-    gaps = np.diff(win, axis=1)
-    return np.ptp(gaps, axis=1) <= 1e-9 * np.abs(gaps).max(axis=1)
+def window_resolution(win: np.ndarray) -> np.ndarray:
+    """(n, 1) the step each window's own values are recorded to: 10^-d for the fewest decimals d
+    (0..12) that hold them all. A column may mix resolutions (credit's DebtRatio: ratios to 6
+    decimals, and whole dollar amounts where income is missing); a run of whole numbers in it
+    carries the information of a list of integers, such as a circuit's child indices, not of a
+    run of 6-decimal values."""
+    steps = np.full(len(win), 1e-12)
+    for d in range(12, -1, -1):  # coarsest last: the fewest decimals that hold a window win
+        held = (np.abs(np.round(win, d) - win) <= 1e-6 * 10.0 ** -d).all(axis=1)
+        steps[held] = 10.0 ** -d
+    return steps[:, None]
 
 
 def both_signs(windows: np.ndarray, canon: Callable) -> np.ndarray:
@@ -333,9 +337,7 @@ class ClientPatterns:
                     if len(srt) < w:
                         continue
                     win = column_windows(srt, w)
-                    win = win[bits0 + gap_bits(win, quantum) >= RUN_BITS]
-                    if affine:  # an affine image of an evenly spaced run is every evenly spaced run
-                        win = win[~evenly_spaced(win)]
+                    win = win[bits0 + gap_bits(win, np.maximum(window_resolution(win), quantum)) >= RUN_BITS]
                     pats, what = group.setdefault(w, ([], []))
                     pats.append(win)
                     what += [f"{w} consecutive sorted values of column '{f.name}'"
