@@ -189,9 +189,9 @@ def test_sorted_copies_of_a_continuous_column_are_caught(leak):
 
 def test_a_column_with_runs_of_whole_numbers_does_not_flag_a_circuits_child_indices():
     """Credit's DebtRatio: ratios to 6 decimals, and where income is missing, whole dollar amounts.
-    Matched up to scale and shift, a run of those is any list of increasing indices with small
-    steps, such as a circuit's child lists, which the audit once refused as a sorted copy. A real
-    sorted copy (scaled) is still caught."""
+    A run of those is a list of increasing integers, like a circuit's child lists, which the audit
+    once refused as a sorted copy (exactly, and up to scale and shift). A real sorted copy of the
+    6-decimal values (scaled) is still caught."""
     import pandas as pd
     from fedpgm.data.partition import ClientData
     from fedpgm.data.schema import Feature, Schema
@@ -199,7 +199,8 @@ def test_a_column_with_runs_of_whole_numbers_does_not_flag_a_circuits_child_indi
     values = np.concatenate([np.round(rng.uniform(0, 2, 3000), 6), np.arange(4000.0, 4060.0)[rng.random(60) < 0.8]])
     client = ClientData("c", Schema((Feature("ratio", "continuous"),)), pd.DataFrame({"ratio": rng.permutation(values)}))
     audit = PrivacyAudit([client])
-    children = [1, 2, 3, 4, 5, 6, 8, 9, 10, 13, 14, 15, 16, 17, 19, 20, 22, 23, 24, 25]  # a product's, LearnSPN's order
+    children = [1, 2, 3, 4, 5, 6, 8, 9, 10, 13, 14, 15, 16, 17, 19, 20, 22, 23, 24, 25]  # a product's
+    children += list(range(4010, 4030))  # ids as large as the dollar amounts: an exact match before
     audit.check("c", Message("fit", config={"nodes": [{"type": "product", "children": children}]}))
     with pytest.raises(PrivacyViolation, match="consecutive sorted values of column 'ratio'"):
         audit.check("c", Message("m", {"w": np.sort(values)[:200] * 2}))

@@ -35,7 +35,10 @@ distinct (``MIN_DISTINCT``) and recorded to at least 2^20 steps of their resolut
 (``MIN_RESOLUTION_BITS``): sorted values recorded to few digits are, in units of that resolution,
 increasing integer lists, as every circuit structure's child lists are (breast cancer's
 mean_smoothness, to 5 decimals, matched a structure's child indices once), so for such columns
-only exact sorted copies are searched for.
+only exact sorted copies are searched for. Within a column, each sorted window's gaps count at
+the resolution its own values are recorded to (``window_resolution``): credit's DebtRatio holds
+6-decimal ratios and, where income is missing, whole dollar amounts, and a run of those is as
+common as a list of child indices.
 
 What it does not detect, by design or by cost: runs of a column that is mostly one value
 (capital-gain, 92% zeros: a window of 16 holds too few amounts to tell it from a list of
@@ -240,6 +243,16 @@ class Detector:
         return None
 
 
+def row_bits(values: np.ndarray) -> np.ndarray:
+    """(n,) what each row of ``values`` (n, d) says: the sum over its observed values of their
+    self-information within their column."""
+    bits = np.zeros(len(values))
+    for col in values.T:
+        seen = ~np.isnan(col)
+        bits[seen] += self_information(col[seen])
+    return bits
+
+
 def rows_detector(values: np.ndarray, ids, any_order: bool, label: str) -> Detector | None:
     complete = ~np.isnan(values).any(axis=1)
     if values.shape[1] < 2 or not complete.any():
@@ -352,8 +365,9 @@ class ClientPatterns:
                                            EXACT_TOL))
 
     def add_rows(self, values: np.ndarray, ids, schema, discrete: np.ndarray) -> None:
-        """Row detectors where a row carries ``MIN_ROW_BITS`` (the sum of its columns' empirical
-        entropies), else a table detector of as many consecutive rows as carry ``TABLE_BITS``."""
+        """Row detectors where rows carry ``MIN_ROW_BITS`` (the sum of their columns' empirical
+        entropies), for each row that does itself (``row_bits``), else a table detector of as many
+        consecutive rows as carry ``TABLE_BITS``."""
         label = schema.index(schema.label) if schema.label is not None else None
         variants = [(np.arange(values.shape[1]), "row", "rows")]
         if label is not None and values.shape[1] > 2:
@@ -363,7 +377,8 @@ class ClientPatterns:
             sub = values[:, cols]
             bits = sum(entropy_bits(sub[~np.isnan(sub[:, i]), i]) for i in range(len(cols)))
             if bits >= MIN_ROW_BITS:
-                det = rows_detector(sub, ids, any_order=not discrete[cols].all(), label=name)
+                rich = row_bits(sub) >= MIN_ROW_BITS  # (a row of common values, zeros say, identifies no one)
+                det = rows_detector(sub[rich], np.asarray(ids)[rich], any_order=not discrete[cols].all(), label=name)
                 if det is not None:
                     self.detectors.append(det)
                 continue
