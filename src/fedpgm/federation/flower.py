@@ -53,6 +53,7 @@ from fedpgm.data.policy import ClientPolicy  # noqa: E402
 from fedpgm.data.schema import Schema  # noqa: E402
 from fedpgm.errors import FedpgmError  # noqa: E402
 from fedpgm.files import write_text_atomic  # noqa: E402
+from fedpgm.threads import one_thread  # noqa: E402
 from fedpgm.federation.apps import HANDLERS as FAMILIES  # noqa: E402
 from fedpgm.federation.apps import handlers_path, procedure_path  # noqa: E402
 from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation, Outcome,  # noqa: E402
@@ -311,7 +312,8 @@ def hello(msg: FlowerMessage, context: Context) -> FlowerMessage:
 def route(msg: FlowerMessage, context: Context) -> FlowerMessage:
     handlers = load_handlers(handlers_path(str(context.run_config["handlers"])))
     ctx = node_context(context)
-    status, payload = serve_one(handlers, ctx, from_record(msg.content))
+    with one_thread():  # as in-process clients run: SuperNodes sharing cores otherwise spin in each
+        status, payload = serve_one(handlers, ctx, from_record(msg.content))  # other's thread pools
     if status != OK:
         raise RuntimeError(bytes(payload).decode())
     save_state(ctx.state, ctx.workdir)
