@@ -4,7 +4,7 @@ variable) to rounding, and finds dependence where there is some."""
 import numpy as np
 from scipy.stats import rankdata
 
-from fedpgm.circuits.rdc import random_features, rdc_matrix
+from fedpgm.circuits.rdc import average_ranks, rdc_matrix, variable_features
 
 
 def reference_features(data, cards, k=10, s=1 / 6, seed=0):
@@ -35,8 +35,14 @@ def test_batched_features_equal_the_definition_and_dependence_is_found():
                             rng.integers(0, 4, n), (a > 0).astype(float), rng.integers(0, 2, n)])
     data[5, 0] = data[7, 3] = np.nan
     cards = [0, 0, 0, 4, 2, 2]
-    np.testing.assert_allclose(random_features(data, cards, seed=5).numpy(), reference_features(data, cards, seed=5),
-                               rtol=0, atol=1e-14)
+    ours = variable_features(data, cards, seed=5).permute(2, 0, 1).numpy()  # (d, 2k, n) -> (n, d, 2k)
+    np.testing.assert_allclose(ours, reference_features(data, cards, seed=5), rtol=0, atol=1e-14)
     rdc = rdc_matrix(data, cards, seed=5)
     assert rdc[0, 1] > 0.5 and rdc[0, 4] > 0.5  # a nonlinear and a thresholded dependence
     assert rdc[0, 2] < 0.3 and rdc[2, 5] < 0.3 and np.allclose(rdc, rdc.T) and np.all(np.diag(rdc) == 0)
+
+
+def test_average_ranks_equal_scipy_with_ties():
+    rng = np.random.default_rng(0)
+    x = np.vstack([rng.integers(0, 5, 300), rng.normal(size=300), np.zeros(300), np.arange(300)[::-1]]).astype(float)
+    np.testing.assert_array_equal(average_ranks(x), rankdata(x, axis=1))

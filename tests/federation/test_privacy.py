@@ -228,3 +228,37 @@ def test_wide_rows_in_any_order_are_caught_without_sorting_every_window():
         leaked[1000:1000 + side * side] = rng.permutation(rows[7])
         with pytest.raises(PrivacyViolation, match="contains row"):
             audit.check("c", Message("fit", {"w": leaked}))
+
+
+def test_rare_rows_of_small_counts_and_outlier_runs_are_not_found_in_index_lists():
+    """Credit-like counts: a borrower with (0, 0, 1, 1, 2, 2, 3) late payments, dependents, loans
+    is rare among borrowers, but those numbers in any order are in every list of child indices;
+    and a run of one whole-dollar DebtRatio among ratios standardises to one outlier and five
+    near-equal values, a shape of any list of one large and five close numbers. Neither flags a
+    circuit's config any more; the same row with a ratio in it, and a real run of ratios
+    (scaled), still do."""
+    import pandas as pd
+    from fedpgm.data.partition import ClientData
+    from fedpgm.data.schema import Feature, Schema
+    rng = np.random.default_rng(5)
+    n = 20_000
+    counts = np.where(rng.random((n, 7)) < 0.4, 0.0, rng.integers(1, 9, (n, 7)).astype(float))
+    counts[17] = [0, 0, 1, 1, 2, 2, 3]
+    ratio = np.round(rng.uniform(0, 1, n), 6)
+    ratio[40] = 3000.0  # a whole-dollar amount where income is missing
+    ratio[41:46] = [0.00012, 0.00019, 0.00031, 0.00038, 0.00012]
+    held = Schema(tuple(Feature(f"c{i}", "continuous") for i in range(7)))
+    schema = Schema((*held.features, Feature("ratio", "continuous")))
+    audit = PrivacyAudit([ClientData("counts", held, pd.DataFrame(counts, columns=held.names)),
+                          ClientData("c", schema, pd.DataFrame(np.c_[counts, ratio], columns=schema.names))])
+    from fedpgm.federation.privacy import row_bits
+    assert row_bits(counts)[17] >= 16  # rare among the rows: the old rule searched for it
+    children = [3, 2, 0, 1, 2, 0, 1]  # a sum's children, in any order
+    outlier = [51.0, 0.0001, 0.0002, 0.0003, 0.0004, 0.0001]  # one large number, five close ones
+    config = {"nodes": [{"children": children}, {"counts": outlier}]}
+    audit.check("counts", Message("fit", config=config))
+    audit.check("c", Message("fit", config=config))
+    with pytest.raises(PrivacyViolation, match="row 17"):
+        audit.check("c", Message("fit", config={"row": [ratio[17], *counts[17][::-1]]}))
+    with pytest.raises(PrivacyViolation, match="consecutive values of column 'ratio'"):
+        audit.check("c", Message("fit", {"w": ratio[100:110] * 7 - 2}))

@@ -28,10 +28,15 @@ entropy in bits (a continuous column: 6 values; hours-per-week, H = 3.9: 15; a b
 left to the table detector, ``w`` would pass ``MAX_RUN_WIDTH``), a table ``TABLE_BITS / H_row``
 rows. Rows are searched for only where a row carries at least ``MIN_ROW_BITS`` bits (the sum
 of its columns' empirical entropies; 2^16 possible rows); below that the table detector stands
-in. Sorted runs (of distinct values; ties are no information) need ``RUN_BITS`` from their gaps,
-``gap_bits``, plus, for exact values, log2 of the column's distinct values (where the run
-lies). Affine copies of sorted runs are searched for only in columns whose values are mostly
-distinct (``MIN_DISTINCT``) and recorded to at least 2^20 steps of their resolution
+in. A row is also searched for only if its values are unlikely to turn up by chance in any of
+the rows' windows (``chance_bits``: a universal prior on numbers, less the orders a match in any
+order allows, at least ``MIN_ROW_BITS`` + log2 of the rows searched): a row of small counts is
+rare among borrowers but found in every list of child indices. A column run must likewise keep
+``RUN_BITS`` in its standardised shape at the matching tolerance (``shape_bits``). Sorted runs
+(of distinct values; ties are no information) need ``RUN_BITS`` from their gaps, ``gap_bits``,
+plus, for exact values, log2 of the column's distinct values (where the run lies). Affine
+copies of sorted runs are searched for only in columns whose values are mostly distinct
+(``MIN_DISTINCT``) and recorded to at least 2^20 steps of their resolution
 (``MIN_RESOLUTION_BITS``): sorted values recorded to few digits are, in units of that resolution,
 increasing integer lists, as every circuit structure's child lists are (breast cancer's
 mean_smoothness, to 5 decimals, matched a structure's child indices once), so for such columns
@@ -65,6 +70,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.special import gammaln
 
 from fedpgm.data.partition import ClientData, Partition
 from fedpgm.errors import FedpgmError
@@ -122,6 +128,46 @@ def window_information(info: np.ndarray, width: int, affine: bool) -> np.ndarray
     if affine:
         total = total - np.sort(win, axis=1)[:, -2:].sum(axis=1)
     return total
+
+
+def number_bits(values: np.ndarray) -> np.ndarray:
+    """Bits each value costs under a universal prior on numbers (an Elias-gamma code of its
+    decimal mantissa, its sign and its number of decimals), NaN 0: how unlikely it is to turn up
+    by chance in a message. Small whole numbers (indices, counts, cluster ids) are cheap, 0 costs
+    one bit; a value that no 12 decimals hold costs 64."""
+    a = np.abs(np.nan_to_num(values))
+    decimals = np.full(a.shape, -1)
+    for d in range(12, -1, -1):  # the fewest decimals that hold each value win
+        decimals[np.abs(np.round(a, d) - a) <= 1e-6 * 10.0 ** -d] = d
+    mantissa = np.round(a * 10.0 ** np.maximum(decimals, 0))
+    bits = np.where(decimals < 0, 64.0, np.minimum(64.0, 1.0 + 2.0 * np.log2(1.0 + mantissa)
+                                                   + 2.0 * np.log2(1.0 + np.maximum(decimals, 0))))
+    return np.where(np.isnan(values), 0.0, bits)
+
+
+def chance_bits(rows: np.ndarray, any_order: bool) -> np.ndarray:
+    """(n,) how unlikely each row of ``rows`` (n, d) is to turn up by chance in a message: the
+    sum of its values' ``number_bits``, less, for a match in any order, log2 of the number of
+    distinct orders of its values. A row of credit counts, (0, 0, 1, 1, 2, 2, 3), is rare among
+    borrowers (``row_bits``) but common among a circuit's child indices: 21.3 - 9.3 bits."""
+    bits = number_bits(rows).sum(axis=1)
+    if any_order:  # log2 of d! / (product of the tied values' counts!), with d! / prod k over runs
+        s = np.sort(rows, axis=1)  # (NaN last, each its own run)
+        at = np.arange(s.shape[1])
+        start = np.maximum.accumulate(np.where(np.c_[np.ones(len(s), bool), s[:, 1:] != s[:, :-1]], at, 0), axis=1)
+        ties = np.log(at - start + 1.0).sum(axis=1)  # sum over runs of log(count!)
+        bits -= (gammaln((~np.isnan(rows)).sum(axis=1) + 1.0) - ties) / np.log(2)
+    return bits
+
+
+def shape_bits(windows: np.ndarray) -> np.ndarray:
+    """(n,) information in each window's standardised shape at the affine matching tolerance:
+    the sum over its sorted gaps of log2(1 + gap / AFFINE_TOL). A window of one outlier and five
+    values that differ only in their fourth digit (credit's DebtRatio: one whole-dollar amount
+    among ratios) standardises to (2.236, -0.447 x 5), a shape any list of one large and five
+    close numbers has, however rare each value is in its column."""
+    z = np.sort(standardise(windows), axis=1)
+    return np.log2(1.0 + np.diff(z, axis=1) / AFFINE_TOL).sum(axis=1)
 
 
 def entropy_bits(values: np.ndarray) -> float:
@@ -330,6 +376,7 @@ class ClientPatterns:
             info = np.full(len(col), np.nan)
             info[~np.isnan(col)] = self_information(observed)
             win = win[window_information(info, width, affine=True) >= RUN_BITS]  # (NaN windows drop too)
+            win = win[shape_bits(win) >= RUN_BITS]
             pats, what = runs.setdefault(width, ([], []))
             pats.append(win)
             what += [f"{width} consecutive values of column '{f.name}' (or an affine copy)"] * len(win)
@@ -377,8 +424,13 @@ class ClientPatterns:
             sub = values[:, cols]
             bits = sum(entropy_bits(sub[~np.isnan(sub[:, i]), i]) for i in range(len(cols)))
             if bits >= MIN_ROW_BITS:
-                rich = row_bits(sub) >= MIN_ROW_BITS  # (a row of common values, zeros say, identifies no one)
-                det = rows_detector(sub[rich], np.asarray(ids)[rich], any_order=not discrete[cols].all(), label=name)
+                any_order = not discrete[cols].all()
+                # a row of common values (zeros, say) identifies no one; one of small whole numbers
+                # in any order is found in every index list: a match by chance of any of the rows
+                # searched for must stay unlikely
+                rich = row_bits(sub) >= MIN_ROW_BITS
+                rich &= chance_bits(sub, any_order) >= MIN_ROW_BITS + np.log2(max(1, rich.sum()))
+                det = rows_detector(sub[rich], np.asarray(ids)[rich], any_order=any_order, label=name)
                 if det is not None:
                     self.detectors.append(det)
                 continue
