@@ -5,6 +5,7 @@ import pytest
 
 from fedpgm.circuits import selection
 from fedpgm.circuits.estimator import LearnSPN
+from fedpgm.circuits.learners import load_model
 from fedpgm.circuits.selection import BEYOND, RUNGS, LearnSPNCV, candidates, default_settings, select_learnspn
 from fedpgm.data import load_dataset
 from fedpgm.errors import FedpgmError
@@ -104,7 +105,7 @@ def test_validation_rows_with_other_columns_are_refused(mixed):
         select_learnspn(train, valid[valid.columns[::-1]], ds.schema, budget_s=10)
 
 
-def test_learnspn_cv_is_the_selection_on_its_own_held_out_rows(mixed):
+def test_learnspn_cv_is_the_selection_on_its_own_held_out_rows(mixed, tmp_path):
     train, _, ds = mixed
     model = LearnSPNCV(budget_s=60, valid_fraction=0.2, min_instances_floor=150, seed=1).fit(train, ds.schema)
     held = np.zeros(len(train), dtype=bool)
@@ -113,5 +114,9 @@ def test_learnspn_cv_is_the_selection_on_its_own_held_out_rows(mixed):
     assert model.selection_["chosen"] == report["chosen"]
     assert all(t["min_instances_slice"] >= 150 for t in report["tried"] if t["rows"] == len(train[~held]))
     np.testing.assert_allclose(model.log_likelihood(ds.test), same.log_likelihood(ds.test), atol=1e-9)
+    model.save(tmp_path / "cv")  # loads back as what it is, with its settings
+    back = load_model(tmp_path / "cv")
+    assert type(back) is LearnSPNCV and back.get_params() == model.get_params()
+    np.testing.assert_array_equal(back.log_likelihood(ds.test), model.log_likelihood(ds.test))
     with pytest.raises(FedpgmError, match="valid_fraction"):
         LearnSPNCV(valid_fraction=1.5).fit(train, ds.schema)

@@ -60,6 +60,7 @@ TARGET = "target"  # the label column added by ``fit(X, y)``
 class CircuitEstimator(CheckedParams, ABC):
     """Shared query API; subclasses implement ``_learn(schema, X, floors) -> Circuit``."""
 
+    by_name: dict[str, type["CircuitEstimator"]] = {}  # every estimator class, by the name files record
     precision = "float64"
     _parameter_constraints: dict = {
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
@@ -131,6 +132,10 @@ class CircuitEstimator(CheckedParams, ABC):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # a missing value: marginalised in queries, skipped in fit
         return tags
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        CircuitEstimator.by_name[cls.__name__] = cls
 
     def _matrix(self, X, y=None) -> np.ndarray:
         """Query rows in schema order; for a model fitted with ``y``, X may leave out the label
@@ -214,9 +219,9 @@ class CircuitEstimator(CheckedParams, ABC):
     @classmethod
     def from_circuit(cls, circuit: Circuit, meta: dict) -> "CircuitEstimator":
         """The estimator that saved ``circuit`` (its class and parameters from ``meta``)."""
-        by_name = {c.__name__: c for c in (LearnSPN, RatSPN)}
+        import fedpgm.circuits.learners  # noqa: F401  (defines every estimator class: LearnSPNCV too)
         default = cls if cls is not CircuitEstimator else LearnSPN  # any class can answer queries
-        model = by_name.get(meta.get("estimator"), default)()  # the class that saved it
+        model = CircuitEstimator.by_name.get(str(meta.get("estimator")), default)()  # the class that saved it
         known = model._get_param_names()
         model.set_params(**{k: v for k, v in meta.get("params", {}).items() if k in known})
         model.schema_, model.circuit_ = circuit.schema, circuit

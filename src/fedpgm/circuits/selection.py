@@ -46,7 +46,7 @@ import pandas as pd
 from sklearn.utils._param_validation import Interval
 
 from fedpgm.circuits.em import em
-from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN
+from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN, as_matrix
 from fedpgm.circuits.leaves import ALPHA, MIN_STD_FRACTION, std_floors
 from fedpgm.circuits.learnspn import LEAF_MODELS
 from fedpgm.data.schema import Schema
@@ -158,7 +158,7 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
                 if not queue:  # the grid's largest value won: go on past it while it wins
                     queue.append(beyond(value))
     model, em_passes = final[2], 0  # stage 3
-    X, seconds = model._matrix(train), tried[-1]["seconds"]  # (a pass costs about what a fit does)
+    X, seconds = as_matrix(train, model.schema_), tried[-1]["seconds"]  # (a pass costs about what a fit does)
     floors = std_floors(X, model.min_std_fraction)
     most = EM_MAX if max_em_iterations is None else max_em_iterations
     while em_passes < most and time.perf_counter() - start + seconds <= budget_s:
