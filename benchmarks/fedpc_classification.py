@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -36,7 +37,7 @@ from fedpgm.baselines.splitnn import splitnn  # noqa: E402
 from fedpgm.baselines.tabular import get_weights  # noqa: E402
 from fedpgm.data import load_dataset, partition  # noqa: E402
 from fedpgm.federation import InProcessFederation  # noqa: E402
-from fedpgm.fedpc.experiment import FitSettings, classification, run_fedpc  # noqa: E402
+from fedpgm.fedpc.experiment import FitSettings, classification, paper_settings, run_fedpc  # noqa: E402
 from fedpgm.fedpc.config_run import hgb  # noqa: E402
 from fedpgm.fedpc.trees import fit_fcdt  # noqa: E402
 
@@ -58,6 +59,8 @@ def run_seed(name: str, seed: int, args) -> dict:
             s = FitSettings(split=split, clients=k, partition=options(split), seed=seed, centralized=False,
                             params={"min_instances_slice": args.min_instances, "by_label": args.by_label,
                                     "leaf": args.leaf}, **glue)
+            if args.protocol == "paper":  # Table 4's threshold, slice minimum and gluing; plain LearnSPN, K=2
+                s = paper_settings(split, name, replace(s, clusters=2, params={"leaf": args.leaf}))
             _, r = run_fedpc(ds, s)
             out[f"FC[PC] {split} x{k}"] = {m: r.get(m) for m in ("accuracy", "f1", "f1_macro")} | {
                 "bytes": r["bytes_up"] + r["bytes_down"], "n_params": r.get("n_params")}
@@ -137,6 +140,9 @@ def main() -> None:
                     help="FC[DT]: trees per client (bagging: default 1, bootstrap resamples when > 1; "
                          "boosting: the most stages, default 100)")
     ap.add_argument("--peers", action="store_true", help="shorthand for adding fedtree and tabnet to --methods")
+    ap.add_argument("--protocol", choices=("project", "paper"), default="project",
+                    help="paper: FC[PC] with Table 4's settings per split and dataset (fedpgm.fedpc.experiment."
+                         "PAPER_TABLE4: threshold, min_instances_slice, combinatorial gluing, K=2; no by_label)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.peers:
@@ -153,9 +159,12 @@ def main() -> None:
                     numeric = all(isinstance(v, (int, float)) for v in vals)
                     cell[metric] = mean_std(vals) if numeric else vals
             table[name][method] = cell
-    emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds,
-          "min_instances_slice": args.min_instances, "by_label": args.by_label, "leaf": args.leaf,
-          "tree_root": args.tree_root, "ensemble": args.ensemble, "trees_per_client": args.trees, "methods": args.methods, "fedavg_rounds": args.rounds,
+    paper = args.protocol == "paper"
+    emit({"benchmark": "fedpc_classification (Table 7, Fig. 5)", "seeds": args.seeds, "protocol": args.protocol,
+          "min_instances_slice": "Table 4 (PAPER_TABLE4)" if paper else args.min_instances,
+          "by_label": False if paper else args.by_label, "leaf": args.leaf,
+          "tree_root": args.tree_root, "ensemble": args.ensemble, "trees_per_client": args.trees,
+          "methods": args.methods, "fedavg_rounds": args.rounds,
           "splitnn_epochs": args.epochs, "table": table}, args.out)
     if args.out:
         bar_panels(table, Path(args.out).with_suffix(".png"), "bytes", "bytes to train (log scale)", log=True,
