@@ -106,8 +106,10 @@ def rdc_matrix(data: np.ndarray, cardinalities: list[int], k: int = 10, s: float
     r = max(int(keep.sum(dim=1).max()), 1)
     scale = torch.where(keep, lam.clamp_min(1e-300).rsqrt(), torch.zeros_like(lam))
     w = (vec * scale.unsqueeze(1))[:, :, -r:]  # (d, 2k, r)
-    q = (w.transpose(1, 2) @ f).reshape(d * r, n)  # orthonormal bases, stacked
-    canon = (q @ q.T).reshape(d, r, d, r).permute(0, 2, 1, 3)  # (d, d, r, r): Q_i^T Q_j
+    # Orthonormal bases, stacked; their cross products in float32 (half the time): the entries are
+    # cosines in [-1, 1], kept to ~1e-7, far below the RDC's own sampling noise (~1 / sqrt(n)).
+    q = (w.transpose(1, 2) @ f).reshape(d * r, n).to(torch.float32)
+    canon = (q @ q.T).to(torch.float64).reshape(d, r, d, r).permute(0, 2, 1, 3)  # (d, d, r, r): Q_i^T Q_j
     rdc = torch.linalg.matrix_norm(canon, ord=2).clamp(0.0, 1.0).numpy()
     np.fill_diagonal(rdc, 0.0)
     return rdc
