@@ -54,8 +54,11 @@ def settings_for(split: str, clients: int, partition: dict, params: dict, seed: 
 
 
 def one_run(ds, split: str, clients: int, partition: dict, params: dict, seed: int, central: dict) -> dict:
-    """The federated fit's figures beside the seed's centralized ones (fitted once per seed)."""
-    _, report = run_fedpc(ds, settings_for(split, clients, partition, params, seed))
+    """The federated fit's figures beside the seed's centralized ones (fitted once per seed);
+    ``params["client_epochs"]``, where given, replaces the clients' epochs (not the centralized fit's)."""
+    clients_params = {k: v for k, v in params.items() if k != "client_epochs"}
+    clients_params["epochs"] = params.get("client_epochs", params["epochs"])
+    _, report = run_fedpc(ds, settings_for(split, clients, partition, clients_params, seed))
     keys = ("test_loglik", "test_bpd", "critical_path_seconds", "train_seconds", "n_params")
     out = {k: report[k] for k in keys}
     out.update(central)
@@ -66,6 +69,7 @@ def one_run(ds, split: str, clients: int, partition: dict, params: dict, seed: i
 def central_run(ds, params: dict, seed: int) -> dict:
     """The centralized PD circuit on all training rows, single-threaded (CPU seconds)."""
     pixels = ds.drop_label()
+    params = {k: v for k, v in params.items() if k != "client_epochs"}
     model, seconds = centralized(pixels, settings_for("horizontal", 1, {}, params, seed))
     ll = model.log_likelihood(pixels.test)
     return {"centralized_test_loglik": float(ll.mean()), "centralized_test_bpd": bits_per_dim(ll, len(pixels.schema)),
@@ -147,15 +151,22 @@ def main() -> None:
     ap.add_argument("--settings", default="horizontal,vertical,hybrid")
     ap.add_argument("--clients", default="1,2,4,8,16")
     ap.add_argument("--epochs", type=int, default=None, help="override the protocol's epochs")
+    ap.add_argument("--client-epochs", type=int, default=None,
+                    help="table1: the federated clients' epochs (default the protocol's): a client with 1/k of the "
+                         "rows makes 1/k of the centralized fit's updates per epoch; k x the epochs makes as many")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where every circuit trains")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.client_epochs is not None and args.table != "table1":
+        ap.error("--client-epochs is table1's")
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.clients = [int(k) for k in args.clients.split(",")]
     params = {**PROTOCOLS[args.protocol], "device": args.device}
     if args.epochs is not None:
         params["epochs"] = args.epochs
+    if args.client_epochs is not None:
+        params["client_epochs"] = args.client_epochs
     results = table1(args, params) if args.table == "table1" else table2(args, params)
     report = {"table": args.table, "dataset": args.dataset, "protocol": args.protocol, "params": params,
               "note": "critical_path_seconds are CPU seconds; on a GPU they leave out the GPU's own time"
