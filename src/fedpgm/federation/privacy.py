@@ -137,8 +137,8 @@ def number_bits(values: np.ndarray) -> np.ndarray:
     one bit; a value that no 12 decimals hold costs 64."""
     a = np.abs(np.nan_to_num(values))
     decimals = np.full(a.shape, -1)
-    for d in range(12, -1, -1):  # the fewest decimals that hold each value win
-        decimals[np.abs(np.round(a, d) - a) <= 1e-6 * 10.0 ** -d] = d
+    for d in range(12, -1, -1):  # the fewest decimals that hold each value (to float32's rounding) win
+        decimals[np.abs(np.round(a, d) - a) <= np.maximum(1e-6 * 10.0 ** -d, a * 2.0 ** -23)] = d
     mantissa = np.round(a * 10.0 ** np.maximum(decimals, 0))
     bits = np.where(decimals < 0, 64.0, np.minimum(64.0, 1.0 + 2.0 * np.log2(1.0 + mantissa)
                                                    + 2.0 * np.log2(1.0 + np.maximum(decimals, 0))))
