@@ -428,8 +428,8 @@ class ClientPatterns:
                 # a row of common values (zeros, say) identifies no one; one of small whole numbers
                 # in any order is found in every index list: a match by chance of any of the rows
                 # searched for must stay unlikely
-                rich = row_bits(sub) >= MIN_ROW_BITS
-                rich &= chance_bits(sub, any_order) >= MIN_ROW_BITS + np.log2(max(1, rich.sum()))
+                rich = np.flatnonzero(row_bits(sub) >= MIN_ROW_BITS)
+                rich = rich[chance_bits(sub[rich], any_order) >= MIN_ROW_BITS + np.log2(max(1, len(rich)))]
                 det = rows_detector(sub[rich], np.asarray(ids)[rich], any_order=any_order, label=name)
                 if det is not None:
                     self.detectors.append(det)
