@@ -54,11 +54,11 @@ def settings_for(split: str, clients: int, partition: dict, params: dict, seed: 
 
 
 def one_run(ds, split: str, clients: int, partition: dict, params: dict, seed: int, central: dict,
-            client_epochs: int | None = None) -> dict:
+            client: dict | None = None) -> dict:
     """The federated fit's figures beside the seed's centralized ones (fitted once per seed);
-    ``client_epochs``, where given, replaces the clients' epochs (not the centralized fit's)."""
-    if client_epochs is not None:
-        params = {**params, "epochs": client_epochs}
+    ``client`` (e.g. ``{"epochs": 10}``) replaces those of the clients' settings (not the
+    centralized fit's)."""
+    params = {**params, **(client or {})}
     _, report = run_fedpc(ds, settings_for(split, clients, partition, params, seed))
     keys = ("test_loglik", "test_bpd", "critical_path_seconds", "train_seconds", "n_params")
     out = {k: report[k] for k in keys}
@@ -88,7 +88,7 @@ def table1(args, params: dict) -> dict:
     for name in args.settings.split(","):
         split, clients, part = SETTINGS[name]
         part = {**part, "band": 1} if narrow and "band" in part else part
-        runs = [one_run(ds, split, clients, part, params, seed, central[seed], args.client_epochs)
+        runs = [one_run(ds, split, clients, part, params, seed, central[seed], args.client)
                 for seed in args.seeds]
         out[name] = {"clients": clients, "partition": part, "runs": runs, "median": median(runs)}
         m = out[name]["median"]
@@ -155,12 +155,18 @@ def main() -> None:
     ap.add_argument("--client-epochs", type=int, default=None,
                     help="table1: the federated clients' epochs (default the protocol's): a client with 1/k of the "
                          "rows makes 1/k of the centralized fit's updates per epoch; k x the epochs makes as many")
+    ap.add_argument("--client-frequency", type=int, default=None,
+                    help="table1: the federated clients' online-EM frequency (batches per update; default the "
+                         "protocol's): with 1/k of the rows a client makes 1/k of the updates per epoch at the same "
+                         "frequency, k times as many at 1/k of it")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where every circuit trains")
     ap.add_argument("--out")
     args = ap.parse_args()
-    if args.client_epochs is not None and args.table != "table1":
-        ap.error("--client-epochs is table1's")
+    args.client = {k: v for k, v in (("epochs", args.client_epochs), ("frequency", args.client_frequency))
+                   if v is not None}
+    if args.client and args.table != "table1":
+        ap.error("--client-epochs and --client-frequency are table1's")
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.clients = [int(k) for k in args.clients.split(",")]
     params = {**PROTOCOLS[args.protocol], "device": args.device}
@@ -168,7 +174,7 @@ def main() -> None:
         params["epochs"] = args.epochs
     results = table1(args, params) if args.table == "table1" else table2(args, params)
     report = {"table": args.table, "dataset": args.dataset, "protocol": args.protocol, "params": params,
-              "client_epochs": args.client_epochs,
+              "client": args.client,
               "note": "critical_path_seconds are CPU seconds; on a GPU they leave out the GPU's own time"
               if args.device == "cuda" else "CPU seconds, every process single-threaded",
               "seeds": args.seeds, "results": results}

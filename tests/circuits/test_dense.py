@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedpgm.circuits import dense_train
+from fedpgm.circuits import dense, dense_train
 from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.dense_estimator import DensePC
 from fedpgm.circuits.io import load_circuit, save_circuit
@@ -75,6 +75,29 @@ def test_layers_equal_brute_force_and_sum_to_one(graph, kind, levels):
     by_sum = [np.log(sum(np.exp(ll[(domain[:, 2:] == e[2:]).all(1)]))) for e in evidence]
     np.testing.assert_allclose(marg, by_sum, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.exp(marg).sum(), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("cells", [7, 50])  # blocks of one partition and a few rows; of several partitions
+def test_blocked_evaluation_equals_one_call_per_layer(monkeypatch, cells):
+    model = DenseCircuit(poon_domingos((4, 4), 2), 4, "gaussian", seed=3)
+    x = torch.rand(9, 16, dtype=torch.float32)
+    x[2, :5] = float("nan")
+    with torch.no_grad():
+        whole = model(x)
+        monkeypatch.setattr(dense, "BLOCK_CELLS", cells)
+        blocked = model(x)
+    assert torch.isfinite(whole).all()
+    torch.testing.assert_close(blocked, whole, rtol=1e-6, atol=1e-5)  # float32 matmuls of other shapes
+
+
+def test_layered_pass_gradients_equal_finite_differences():
+    model = DenseCircuit(poon_domingos((3, 3), 2), 3, "gaussian", seed=4)
+    assert any(lay.mix.shape[1] > 1 for lay in model.layers)  # mixing layers are covered too
+    w = {k: v.detach().double() for k, v in model.weights().items()}
+    x = torch.rand(5, 9, dtype=torch.float64)
+    leaves = model.leaf_regions(x, leaf=model.inputs.log_prob(x.float()).double()).detach()
+    inputs = tuple(t.clone().requires_grad_() for t in (leaves, w["part"], w["mix"]))
+    torch.autograd.gradcheck(lambda *a: dense.LayeredPass.apply(model, *a), inputs, eps=1e-6, atol=1e-6)
 
 
 def test_region_graphs():

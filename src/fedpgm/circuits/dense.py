@@ -10,7 +10,7 @@ Regions and partitions are stored in depth order, so each layer reads the values
 layers and writes one contiguous block: a layer is a few tensor operations over all of its
 partitions at once. Products of units are computed in log-einsum-exp form (shift by the max,
 exp, one batched matmul of (K*K) by K per partition, log, unshift), which runs at matmul speed
-and never underflows.
+and never underflows; an evaluation on the CPU takes each layer a cache-sized block at a time.
 
 Values are log-probabilities: ``forward(x)`` -> (B,) log p(x) with NaN entries marginalised.
 ``select`` draws (or maximises) one unit per region top-down, exactly conditioned on the
@@ -63,6 +63,28 @@ def log_einsum_exp(left: torch.Tensor, right: torch.Tensor, weights: torch.Tenso
     outer = (torch.exp(left - lmax)[:, :, :, None] * torch.exp(right - rmax)[:, :, None, :]).view(p, b, k * k)
     prod = torch.bmm(outer, weights.transpose(1, 2))
     return torch.log(prod) + lmax + rmax, outer, prod
+
+
+BLOCK_CELLS = 2**21  # outer-product values alive at a time in an evaluation on the CPU (8 MB in float32)
+
+
+def blocks(p: int, b: int, k: int, device: torch.device):
+    """(partition slice, row slice) pairs covering a layer of ``p`` partitions x ``b`` rows at K = ``k``:
+    on the CPU, blocks of at most BLOCK_CELLS outer-product values, so each block's outer products
+    stay in the CPU's cache instead of a (P, B, K * K) tensor going out to memory and back (PD
+    28 x 28, 500 rows, float32, against one whole-layer call: 1.8x at K = 10, 3.6x at K = 20, 3.1x
+    at K = 40; blocks of 2^18-2^22 values measured, 2^21 best). A GPU takes the whole layer at
+    once. Training keeps whole layers: its backward pass reuses the outer products, and
+    recomputing them block by block, or keeping them per block, measured 0.65-0.9x as fast
+    (online EM, K = 10, batches of 64)."""
+    if device.type != "cpu" or p * b * k * k <= BLOCK_CELLS:
+        yield slice(0, p), slice(0, b)
+        return
+    rows = min(b, max(1, BLOCK_CELLS // (k * k)))
+    step = max(1, BLOCK_CELLS // (rows * k * k))
+    for s in range(0, p, step):
+        for r in range(0, b, rows):
+            yield slice(s, s + step), slice(r, r + rows)
 
 
 class LayeredPass(torch.autograd.Function):
@@ -234,7 +256,12 @@ class DenseCircuit(nn.Module):
         for lay in self.layers:  # a region's partitions may lie in this or earlier layers
             n = lay.p1 - lay.p0
             children = values.index_select(0, lay.children)  # (2P, B, K): left then right
-            parts[lay.p0:lay.p1], outer, prod = log_einsum_exp(children[:n], children[n:], part_w[lay.p0:lay.p1])
+            if keep:
+                parts[lay.p0:lay.p1], outer, prod = log_einsum_exp(children[:n], children[n:], part_w[lay.p0:lay.p1])
+            else:
+                out, weights = parts[lay.p0:lay.p1], part_w[lay.p0:lay.p1]
+                for s, r in blocks(n, b, k, values.device):
+                    out[s, r] = log_einsum_exp(children[:n][s, r], children[n:][s, r], weights[s])[0]
             resp = None
             if lay.mix.shape[1] == 1:
                 values[lay.r0:lay.r1] = parts.index_select(0, lay.mix[:, 0])
