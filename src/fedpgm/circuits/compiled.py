@@ -216,18 +216,20 @@ class CompiledCircuit:
         return out
 
     @torch.no_grad()
-    def forward(self, x: torch.Tensor, mode: str = "sum", fused: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mode: str = "sum", fused: bool = False,
+                complete: bool | None = None) -> torch.Tensor:
         """x (rows, variables) with NaN for unobserved -> log-values (nodes, rows).
 
         ``fused=True`` computes the linear part by one matmul (``fedpgm.circuits.fused``); then
         only the root, sums and non-linear nodes hold values (enough for likelihoods).
+        ``complete``: the caller knows whether x has a NaN (None: the fused pass checks).
         """
         rows = x.shape[0]
         values = torch.empty(self.n_nodes, rows, dtype=self.dtype, device=self.device)
         groups, layers = self.groups, self.layers
         if fused:
             fz, layers, groups = self.fusion()
-            values.index_copy_(0, fz.positions, fz.values(x, self, mode))
+            values.index_copy_(0, fz.positions, fz.values(x, self, mode, complete))
         for g, lp in zip(groups, self.leaf_values(x, mode, groups)):
             values[g.start:g.end] = lp
         for layer in layers:
@@ -241,9 +243,9 @@ class CompiledCircuit:
             layer.write(values, out)
         return values
 
-    def log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
-        """(rows,) log p(observed part of each row)."""
-        return self.forward(x, fused=True)[self.root]
+    def log_likelihood(self, x: torch.Tensor, complete: bool | None = None) -> torch.Tensor:
+        """(rows,) log p(observed part of each row); ``complete`` as for ``forward``."""
+        return self.forward(x, fused=True, complete=complete)[self.root]
 
     # -- downward -------------------------------------------------------------------------
     @torch.no_grad()

@@ -21,11 +21,18 @@ MAX_CELLS = 20_000_000
 
 
 def check_evidence(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
+    """X (rows, variables) as floats, after checking its shape and values (one-line errors)."""
+    return checked(cc, X)[0]
+
+
+def checked(cc: CompiledCircuit, X: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``check_evidence``'s table and whether it is complete (no NaN), known from its one pass."""
     X = np.asarray(X, dtype=float)
     if X.ndim != 2 or X.shape[1] != cc.n_vars:
         raise FedpgmError(f"queries need a table with {cc.n_vars} columns (one per variable: "
                           f"{cc.circuit.schema.names}), got shape {X.shape}")
-    if not np.isfinite(X.sum()) and np.isinf(X).any():  # (one pass when all is finite)
+    complete = bool(np.isfinite(X.sum()))
+    if not complete and np.isinf(X).any():  # (one pass when all is finite)
         j = int(np.flatnonzero(np.isinf(X).any(axis=0))[0])
         raise FedpgmError(f"evidence for '{cc.circuit.schema.features[j].name}' is infinite; "
                           "use NaN for unobserved")
@@ -40,7 +47,7 @@ def check_evidence(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
             f = cc.circuit.schema.features[discrete[c]]
             raise FedpgmError(f"evidence for '{f.name}' is {d[r, c]:g}, outside its support "
                               f"0..{f.cardinality - 1} ({list(f.categories)})")
-    return X
+    return X, complete
 
 
 def chunks(cc: CompiledCircuit, n: int, fused: bool = False):
@@ -60,10 +67,12 @@ def chunks(cc: CompiledCircuit, n: int, fused: bool = False):
 
 def log_likelihood(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
     """(rows,) log p(observed values) in nats; NaN columns are marginalised."""
-    X = check_evidence(cc, X)
+    X, complete = checked(cc, X)
     out = np.empty(len(X))
+    share = cc.dtype == torch.float64 and cc.device.type == "cpu"  # (the pass only reads its input)
     for s in chunks(cc, len(X), fused=True):  # converting chunk by chunk keeps the copies in cache
-        out[s] = cc.log_likelihood(cc.tensor(X[s])).cpu().numpy()
+        x = torch.from_numpy(np.ascontiguousarray(X[s])) if share else cc.tensor(X[s])
+        out[s] = cc.log_likelihood(x, complete).cpu().numpy()
     return out
 
 
