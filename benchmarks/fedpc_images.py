@@ -53,13 +53,26 @@ def settings_for(split: str, clients: int, partition: dict, params: dict, seed: 
                        glue="combinatorial", centralized=False, timeout=7200.0)
 
 
+def client_settings(params: dict, share: float, epochs: int | None, frequency: str | None) -> dict:
+    """The clients' learner settings: the protocol's, with ``--client-epochs`` and
+    ``--client-frequency`` (a number, or "auto": the frequency times the client's ``share`` of
+    the rows, rounded, at least 1; horizontal clients hold 1/k of them, vertical ones all)."""
+    out = dict(params)
+    if epochs is not None:
+        out["epochs"] = epochs
+    if frequency is not None:
+        if "frequency" not in params:
+            raise SystemExit("--client-frequency is online EM's (the paper protocol); this protocol trains with "
+                             f"'{params.get('method')}'")
+        out["frequency"] = max(1, round(params["frequency"] * share)) if frequency == "auto" else int(frequency)
+    return out
+
+
 def one_run(ds, split: str, clients: int, partition: dict, params: dict, seed: int, central: dict,
             client: dict | None = None) -> dict:
     """The federated fit's figures beside the seed's centralized ones (fitted once per seed);
-    ``client`` (e.g. ``{"epochs": 10}``) replaces those of the clients' settings (not the
-    centralized fit's)."""
-    params = {**params, **(client or {})}
-    _, report = run_fedpc(ds, settings_for(split, clients, partition, params, seed))
+    ``client``: the clients' settings where they differ from the centralized fit's ``params``."""
+    _, report = run_fedpc(ds, settings_for(split, clients, partition, client or params, seed))
     keys = ("test_loglik", "test_bpd", "critical_path_seconds", "train_seconds", "n_params")
     out = {k: report[k] for k in keys}
     out.update(central)
@@ -88,8 +101,9 @@ def table1(args, params: dict) -> dict:
     for name in args.settings.split(","):
         split, clients, part = SETTINGS[name]
         part = {**part, "band": 1} if narrow and "band" in part else part
-        runs = [one_run(ds, split, clients, part, params, seed, central[seed], args.client)
-                for seed in args.seeds]
+        share = 1 / clients if split == "horizontal" else 1.0
+        client = client_settings(params, share, args.client_epochs, args.client_frequency)
+        runs = [one_run(ds, split, clients, part, params, seed, central[seed], client) for seed in args.seeds]
         out[name] = {"clients": clients, "partition": part, "runs": runs, "median": median(runs)}
         m = out[name]["median"]
         m["bpd_gap_percent"] = 100 * (m["test_bpd"] / m["centralized_test_bpd"] - 1)
@@ -103,12 +117,14 @@ def table2(args, params: dict) -> dict:
     for k in args.clients:
         runs = []
         for seed in args.seeds:
-            run = one_run(ds, "horizontal", k, {"scheme": "iid"}, params, seed, central[seed])
+            client = client_settings(params, 1 / k, None, args.client_frequency)
+            run = one_run(ds, "horizontal", k, {"scheme": "iid"}, params, seed, central[seed], client)
+            run["client_frequency"] = client.get("frequency")
             if k > 1:  # what one client can learn alone: the same circuit on 1/k of the rows
                 pixels = ds.drop_label()
                 rows = pixels.train.sample(frac=1 / k, random_state=seed)
                 with one_thread():
-                    alone = DensePC(**{**params, "seed": seed}).fit(rows, pixels.schema)
+                    alone = DensePC(**{**client, "seed": seed}).fit(rows, pixels.schema)
                 run["one_client_alone_test_bpd"] = bits_per_dim(alone.log_likelihood(pixels.test), len(pixels.schema))
             runs.append(run)
         out[str(k)] = {"runs": runs, "median": median(runs)}
@@ -155,18 +171,19 @@ def main() -> None:
     ap.add_argument("--client-epochs", type=int, default=None,
                     help="table1: the federated clients' epochs (default the protocol's): a client with 1/k of the "
                          "rows makes 1/k of the centralized fit's updates per epoch; k x the epochs makes as many")
-    ap.add_argument("--client-frequency", type=int, default=None,
-                    help="table1: the federated clients' online-EM frequency (batches per update; default the "
-                         "protocol's): with 1/k of the rows a client makes 1/k of the updates per epoch at the same "
-                         "frequency, k times as many at 1/k of it")
+    ap.add_argument("--client-frequency", default=None,
+                    help="the federated clients' online-EM frequency (batches per update; default the protocol's): "
+                         "with 1/k of the rows a client makes 1/k of the updates per epoch at the same frequency; "
+                         "'auto': the protocol's frequency / k, rounded, at least 1 (about as many updates as the "
+                         "centralized fit)"),
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where every circuit trains")
     ap.add_argument("--out")
     args = ap.parse_args()
-    args.client = {k: v for k, v in (("epochs", args.client_epochs), ("frequency", args.client_frequency))
-                   if v is not None}
-    if args.client and args.table != "table1":
-        ap.error("--client-epochs and --client-frequency are table1's")
+    if args.client_frequency not in (None, "auto") and not args.client_frequency.isdigit():
+        ap.error(f"--client-frequency takes a number of batches or 'auto', got '{args.client_frequency}'")
+    if args.client_epochs is not None and args.table != "table1":
+        ap.error("--client-epochs is table1's")
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.clients = [int(k) for k in args.clients.split(",")]
     params = {**PROTOCOLS[args.protocol], "device": args.device}
@@ -174,7 +191,7 @@ def main() -> None:
         params["epochs"] = args.epochs
     results = table1(args, params) if args.table == "table1" else table2(args, params)
     report = {"table": args.table, "dataset": args.dataset, "protocol": args.protocol, "params": params,
-              "client": args.client,
+              "client_epochs": args.client_epochs, "client_frequency": args.client_frequency,
               "note": "critical_path_seconds are CPU seconds; on a GPU they leave out the GPU's own time"
               if args.device == "cuda" else "CPU seconds, every process single-threaded",
               "seeds": args.seeds, "results": results}

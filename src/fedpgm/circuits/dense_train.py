@@ -46,14 +46,21 @@ def add(total: dict | None, part: dict) -> dict:
 
 @torch.no_grad()
 def m_step(model: DenseCircuit, counts: dict, stats: dict, step: float) -> None:
-    """Move every parameter ``step`` of the way to its maximum-likelihood value given the counts."""
-    old = model.weights()
+    """Move every parameter ``step`` of the way to its maximum-likelihood value given the counts
+    (which it consumes: they are divided in place). In-place passes over the 6M part weights of
+    an MNIST PD circuit: at frequency 1 an update is a tenth of a batch's E-step."""
     for key, logits in (("part", model.part_logits), ("mix", model.mix_logits), ("root", model.root_logits)):
+        old = torch.softmax(logits, -1)
         total = counts[key].sum(-1, keepdim=True)
-        target = torch.where(total > 0, counts[key] / total.clamp_min(1e-300), old[key])
-        new = (1 - step) * old[key] + step * target
-        new = torch.where(old[key] > 0, new.clamp_min(1e-30), new)  # a used edge never dies; padding stays 0
-        logits.copy_(torch.log(new))
+        target = counts[key].div_(total.clamp_min(1e-300))
+        if not bool((total > 0).all()):  # a unit no row used keeps its weights
+            target = torch.where(total > 0, target, old)
+        new = old.mul_(1 - step).add_(target, alpha=step)
+        if key == "mix":  # a used edge never dies; padding (weight 0) stays 0
+            new = torch.where(new > 0, new.clamp_min(1e-30), new)
+        else:  # (no padding: every weight is positive)
+            new.clamp_min_(1e-30)
+        torch.log(new, out=logits.data)
     model.inputs.m_step(stats, step)
 
 
