@@ -61,9 +61,6 @@ def client_settings(params: dict, share: float, epochs: int | None, frequency: s
     if epochs is not None:
         out["epochs"] = epochs
     if frequency is not None:
-        if "frequency" not in params:
-            raise SystemExit("--client-frequency is online EM's (the paper protocol); this protocol trains with "
-                             f"'{params.get('method')}'")
         out["frequency"] = max(1, round(params["frequency"] * share)) if frequency == "auto" else int(frequency)
     return out
 
@@ -174,14 +171,17 @@ def main() -> None:
     ap.add_argument("--client-frequency", default=None,
                     help="the federated clients' online-EM frequency (batches per update; default the protocol's): "
                          "with 1/k of the rows a client makes 1/k of the updates per epoch at the same frequency; "
-                         "'auto': the protocol's frequency / k, rounded, at least 1 (about as many updates as the "
-                         "centralized fit)"),
+                         "'auto': the protocol's frequency times the client's share of the rows (horizontal: 1/k), "
+                         "rounded, at least 1 (about as many updates as the centralized fit)"),
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where every circuit trains")
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.client_frequency not in (None, "auto") and not args.client_frequency.isdigit():
         ap.error(f"--client-frequency takes a number of batches or 'auto', got '{args.client_frequency}'")
+    if args.client_frequency is not None and PROTOCOLS[args.protocol]["method"] != "online":
+        ap.error(f"--client-frequency is online EM's (the paper protocol); --protocol {args.protocol} trains with "
+                 f"{PROTOCOLS[args.protocol]['method']}")
     if args.client_epochs is not None and args.table != "table1":
         ap.error("--client-epochs is table1's")
     args.seeds = [int(s) for s in args.seeds.split(",")]

@@ -6,8 +6,9 @@
 ``--dense``: the dense (tensorized) engine, ``fedpgm.circuits.dense``: edge evaluations/s of
 Poon-Domingos circuits over 28 x 28 images (8 pieces) at K = 10, 20, 40 in float32, against the
 same run's float32 matmul multiply-adds/s (2048 x 2048, timed before and after the PD circuits;
-the faster of the two is the reference, so a busy moment cannot flatter the fraction); and the dense engine against the layer-by-layer
-engine below on the same RAT-SPN structure (32 variables, depth 3, 8 repetitions, K units).
+the faster of the two is the reference, so a busy moment cannot flatter the fraction); and the
+dense engine against the layer-by-layer engine below on the same RAT-SPN structure (32
+variables, depth 3, 8 repetitions, K units).
 Edges are counted as in the equivalent node circuit: per partition K^2 products (2 edges each)
 and K sums of K^2 children; per mixing region K sums of its partitions; the root's K.
 
@@ -125,7 +126,7 @@ def main() -> None:
         for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
             cc = CompiledCircuit(c, dtype=dtype)
             for path, fused in (("fused", True), ("plain", False)):
-                t = median_time(lambda: chunked(cc, X, fused), warmup=True)[0]
+                t = median_time(lambda cc=cc, fused=fused: chunked(cc, X, fused), warmup=True)[0]
                 row[f"{path}_{name}_rows_per_s"] = args.rows / t
                 row[f"{path}_{name}_edge_evals_per_s"] = args.rows * edges / t
         row["plain_float32_vs_logsumexp_peak"] = (row["plain_float32_edge_evals_per_s"]
