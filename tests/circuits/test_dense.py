@@ -12,7 +12,7 @@ from fedpgm.circuits import dense, dense_train
 from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.dense_estimator import DensePC
 from fedpgm.circuits.io import load_circuit, save_circuit
-from fedpgm.circuits.region_graph import binary_trees, build, poon_domingos, quad_tree
+from fedpgm.circuits.region_graph import RegionGraph, binary_trees, build, poon_domingos, quad_tree
 from fedpgm.data import load_dataset
 from fedpgm.errors import FedpgmError
 
@@ -115,6 +115,13 @@ def test_region_graphs():
         build("pd", 4)
     with pytest.raises(FedpgmError, match="K must be >= 1"):
         DenseCircuit(g, 0)
+    bad = [  # halves that overlap, that miss a variable, a partition of an unknown region
+        RegionGraph([(0, 1, 2), (0, 1), (1, 2)], [(0, 1, 2)], 0),
+        RegionGraph([(0, 1, 2), (0,), (1,)], [(0, 1, 2)], 0),
+        RegionGraph([(0, 1), (0,), (1,)], [(0, 1, 5)], 0)]
+    for graph, message in zip(bad, ["does not split", "does not split", "unknown region"]):
+        with pytest.raises(FedpgmError, match=message):
+            DenseCircuit(graph, 2, "bernoulli")
 
 
 def test_full_batch_em_never_lowers_the_training_log_likelihood():

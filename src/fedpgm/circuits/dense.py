@@ -62,7 +62,7 @@ def log_einsum_exp(left: torch.Tensor, right: torch.Tensor, weights: torch.Tenso
     p, b, k = left.shape
     outer = (torch.exp(left - lmax)[:, :, :, None] * torch.exp(right - rmax)[:, :, None, :]).view(p, b, k * k)
     prod = torch.bmm(outer, weights.transpose(1, 2))
-    return torch.log(prod) + lmax + rmax, outer, prod
+    return torch.log(prod).add_(lmax + rmax), outer, prod
 
 
 BLOCK_CELLS = 2**21  # outer-product values alive at a time in an evaluation on the CPU (8 MB in float32)
@@ -124,8 +124,8 @@ class LayeredPass(torch.autograd.Function):
                 w = mix_w[lay.r0:lay.r1, :, :resp.shape[1]]
                 d_mix_w[lay.r0:lay.r1, :, :resp.shape[1]] = d_cand.sum(2).transpose(1, 2) / w.clamp_min(1e-300)
             n = lay.p1 - lay.p0
-            grad = d_parts[lay.p0:lay.p1] / prod
-            d_outer = (torch.bmm(grad, part_w[lay.p0:lay.p1]) * outer).view(n, b, model.units, model.units)
+            grad = d_parts[lay.p0:lay.p1].div_(prod)  # (in place: nothing reads these rows again)
+            d_outer = torch.bmm(grad, part_w[lay.p0:lay.p1]).mul_(outer).view(n, b, model.units, model.units)
             d_part_w[lay.p0:lay.p1] = torch.bmm(grad.transpose(1, 2), outer)
             d_values.index_add_(0, lay.children, torch.cat([d_outer.sum(-1), d_outer.sum(-2)]))
         return None, d_values[:model.n_leaf_regions], d_part_w, d_mix_w
@@ -269,9 +269,10 @@ class DenseCircuit(nn.Module):
                 r, m = lay.mix.shape
                 candidates = parts.index_select(0, lay.mix.reshape(-1)).view(r, m, b, k)
                 candidates = candidates + torch.log(mix_w[lay.r0:lay.r1, :, :m]).transpose(1, 2)[:, :, None, :]
-                values[lay.r0:lay.r1] = torch.logsumexp(candidates, 1)
-                if keep:
-                    resp = torch.softmax(candidates, 1)  # (R, M, B, K) each partition's share
+                total = torch.logsumexp(candidates, 1)
+                values[lay.r0:lay.r1] = total
+                if keep:  # (R, M, B, K) each partition's share: the softmax, from the sum just taken
+                    resp = candidates.sub_(total[:, None]).exp_()
             if keep:
                 saved.append((outer, prod, resp))
         return values, parts, saved

@@ -72,11 +72,12 @@ class RegionGraph:
         n = len(self.regions)
         if not 0 <= self.root < n:
             raise FedpgmError("region graph: the root is not a region")
+        sets = [frozenset(r) for r in self.regions]
         for p, a, b in self.partitions:
             if not (0 <= p < n and 0 <= a < n and 0 <= b < n):
                 raise FedpgmError("region graph: a partition refers to an unknown region")
-            left, right = set(self.regions[a]), set(self.regions[b])
-            if left & right or left | right != set(self.regions[p]):
+            # two subsets whose sizes add up to the parent's are disjoint and cover it
+            if len(sets[a]) + len(sets[b]) != len(sets[p]) or not (sets[a] <= sets[p] and sets[b] <= sets[p]):
                 raise FedpgmError(f"region graph: partition ({p}, {a}, {b}) does not split its region in two")
         if sorted(self.regions[self.root]) != list(range(len(self.regions[self.root]))):
             raise FedpgmError("region graph: the root must hold variables 0..n-1")
@@ -92,8 +93,7 @@ class RegionGraph:
                         [(int(p), int(a), int(b)) for p, a, b in doc["partitions"]], int(doc["root"]))
         except (KeyError, TypeError, ValueError) as e:
             raise FedpgmError(f"region graph is malformed ({type(e).__name__}: {e})") from None
-        graph.check()
-        return graph
+        return graph  # (checked by the circuit built on it)
 
 
 class Builder:
@@ -114,9 +114,8 @@ class Builder:
         return len(self.regions) - 1
 
     def graph(self, root: int) -> RegionGraph:
-        graph = RegionGraph(self.regions, self.partitions, root)
-        graph.check()
-        return graph
+        """The graph (checked by the circuit built on it, as any graph is)."""
+        return RegionGraph(self.regions, self.partitions, root)
 
 
 def check_shape(shape) -> tuple[int, int]:
