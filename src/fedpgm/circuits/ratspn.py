@@ -1,7 +1,10 @@
 """RAT-SPN (Peharz et al. 2020): a random region graph made into a circuit, trained by EM.
 
-For each of ``repetitions`` random variable orders, the variables are split in halves
-recursively ``depth`` times (fewer where a region has a single variable). A leaf region holds
+The region graph is ``region_graph.binary_trees`` (the one the dense engine uses): for each of
+``repetitions`` random variable orders, the variables are split in halves recursively ``depth``
+times (fewer where a region has a single variable). Here it becomes a node circuit, which
+mixes leaf types per column (tabular data) and joins FedPC's gluing; ``DenseCircuit`` on the
+same graph is the tensorized form for data of one kind (images). A leaf region holds
 ``n_inputs`` factorised input distributions (products of one leaf per variable, initialised
 from random subsets of the rows); a split of a region into two gives all pairwise products of
 the two halves' nodes; an inner region mixes those products with ``n_sums`` sum nodes; the
@@ -14,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedpgm.circuits.leaves import default_leaf, leaf_type, std_floors
+from fedpgm.circuits.region_graph import RegionGraph, binary_trees
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
@@ -32,16 +36,19 @@ def init_input(c: Circuit, X: np.ndarray, vars_: list[int], leaf: str, rng, floo
     return leaves[0] if len(leaves) == 1 else c.product(leaves)
 
 
-def region(c: Circuit, X: np.ndarray, vars_: list[int], depth: int, n_sums: int, n_inputs: int,
-           leaf: str, rng, floors: np.ndarray, top: bool = False) -> list[int]:
-    """Node ids representing one region (sums, or the products of its split if ``top``)."""
-    if depth == 0 or len(vars_) == 1:
-        return [init_input(c, X, vars_, leaf, rng, floors) for _ in range(n_inputs)]
-    half = len(vars_) // 2
-    left = region(c, X, vars_[:half], depth - 1, n_sums, n_inputs, leaf, rng, floors)
-    right = region(c, X, vars_[half:], depth - 1, n_sums, n_inputs, leaf, rng, floors)
-    products = [c.product([a, b]) for a in left for b in right]
-    if top:
+def region(c: Circuit, X: np.ndarray, graph: RegionGraph, children: dict, r: int, n_sums: int, n_inputs: int,
+           leaf: str, rng, floors: np.ndarray) -> list[int]:
+    """Node ids representing region ``r``: ``n_inputs`` input products at a leaf region, else the
+    pairwise products of each partition's two halves, mixed by ``n_sums`` sums (the root's
+    products are returned unmixed: one sum over every repetition's products mixes them)."""
+    if r not in children:
+        return [init_input(c, X, list(graph.regions[r]), leaf, rng, floors) for _ in range(n_inputs)]
+    products = []
+    for a, b in children[r]:
+        left = region(c, X, graph, children, a, n_sums, n_inputs, leaf, rng, floors)
+        right = region(c, X, graph, children, b, n_sums, n_inputs, leaf, rng, floors)
+        products += [c.product([u, v]) for u in left for v in right]
+    if r == graph.root:
         return products
     return [c.sum(products, rng.dirichlet(np.ones(len(products)))) for _ in range(n_sums)]
 
@@ -57,13 +64,14 @@ def rat_spn(schema: Schema, X: np.ndarray, depth: int = 2, repetitions: int = 4,
     X = np.asarray(X, dtype=float)
     if X.ndim != 2 or X.shape[1] != len(schema) or len(X) == 0:
         raise FedpgmError(f"training data must be (rows > 0, {len(schema)}), got shape {X.shape}")
+    graph = binary_trees(len(schema), depth, repetitions, seed)
+    children: dict[int, list[tuple[int, int]]] = {}
+    for parent, a, b in graph.partitions:
+        children.setdefault(parent, []).append((a, b))
     rng = np.random.default_rng(seed)
     c = Circuit(schema)
     floors = std_floors(X) if floors is None else floors
-    tops = []
-    for _ in range(repetitions):
-        order = [int(v) for v in rng.permutation(len(schema))]
-        tops += region(c, X, order, depth, n_sums, n_inputs, leaf, rng, floors, top=len(order) > 1)
+    tops = region(c, X, graph, children, graph.root, n_sums, n_inputs, leaf, rng, floors)
     if len(tops) > 1:
         c.sum(tops, rng.dirichlet(np.ones(len(tops))))
     c.validate()
