@@ -28,6 +28,7 @@ Medians over seeds; a PNG beside ``--out``.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from pathlib import Path
 
@@ -53,15 +54,19 @@ def settings_for(split: str, clients: int, partition: dict, params: dict, seed: 
                        glue="combinatorial", centralized=False, timeout=7200.0)
 
 
-def client_settings(params: dict, share: float, epochs: int | None, frequency: str | None) -> dict:
-    """The clients' learner settings: the protocol's, with ``--client-epochs`` and
-    ``--client-frequency`` (a number, or "auto": the frequency times the client's ``share`` of
-    the rows, rounded, at least 1; horizontal clients hold 1/k of them, vertical ones all)."""
+def client_settings(params: dict, share: float, epochs: str | None, frequency: str | None) -> dict:
+    """The clients' learner settings: the protocol's, with ``--client-epochs`` (a number, or
+    "sqrt": the protocol's epochs / sqrt(share), rounded) and ``--client-frequency`` (a number,
+    "auto": the protocol's frequency x share, or "sqrt": x sqrt(share), rounded, at least 1).
+    ``share``: the client's share of the rows (horizontal clients 1/k, vertical ones all).
+    "sqrt" for both makes as many EM updates as the centralized fit, each over sqrt(share) of
+    its rows, in sqrt(share) of its time."""
     out = dict(params)
     if epochs is not None:
-        out["epochs"] = epochs
+        out["epochs"] = round(params["epochs"] / math.sqrt(share)) if epochs == "sqrt" else int(epochs)
     if frequency is not None:
-        out["frequency"] = max(1, round(params["frequency"] * share)) if frequency == "auto" else int(frequency)
+        scale = {"auto": share, "sqrt": math.sqrt(share)}.get(frequency)
+        out["frequency"] = max(1, round(params["frequency"] * scale)) if scale is not None else int(frequency)
     return out
 
 
@@ -114,9 +119,9 @@ def table2(args, params: dict) -> dict:
     for k in args.clients:
         runs = []
         for seed in args.seeds:
-            client = client_settings(params, 1 / k, None, args.client_frequency)
+            client = client_settings(params, 1 / k, args.client_epochs, args.client_frequency)
             run = one_run(ds, "horizontal", k, {"scheme": "iid"}, params, seed, central[seed], client)
-            run["client_frequency"] = client.get("frequency")
+            run["client_frequency"], run["client_epochs"] = client.get("frequency"), client["epochs"]
             if k > 1:  # what one client can learn alone: the same circuit on 1/k of the rows
                 pixels = ds.drop_label()
                 rows = pixels.train.sample(frac=1 / k, random_state=seed)
@@ -165,25 +170,27 @@ def main() -> None:
     ap.add_argument("--settings", default="horizontal,vertical,hybrid")
     ap.add_argument("--clients", default="1,2,4,8,16")
     ap.add_argument("--epochs", type=int, default=None, help="override the protocol's epochs")
-    ap.add_argument("--client-epochs", type=int, default=None,
-                    help="table1: the federated clients' epochs (default the protocol's): a client with 1/k of the "
-                         "rows makes 1/k of the centralized fit's updates per epoch; k x the epochs makes as many")
+    ap.add_argument("--client-epochs", default=None,
+                    help="the federated clients' epochs (default the protocol's): a client with 1/k of the rows makes "
+                         "1/k of the centralized fit's updates per epoch; 'sqrt': the protocol's epochs x sqrt(k) "
+                         "(horizontal; see --client-frequency sqrt)")
     ap.add_argument("--client-frequency", default=None,
                     help="the federated clients' online-EM frequency (batches per update; default the protocol's): "
                          "with 1/k of the rows a client makes 1/k of the updates per epoch at the same frequency; "
                          "'auto': the protocol's frequency times the client's share of the rows (horizontal: 1/k), "
-                         "rounded, at least 1 (about as many updates as the centralized fit)"),
+                         "rounded, at least 1 (about as many updates as the centralized fit); 'sqrt': times the "
+                         "share's square root (with --client-epochs sqrt: as many updates, each over more rows)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where every circuit trains")
     ap.add_argument("--out")
     args = ap.parse_args()
-    if args.client_frequency not in (None, "auto") and not args.client_frequency.isdigit():
-        ap.error(f"--client-frequency takes a number of batches or 'auto', got '{args.client_frequency}'")
+    if args.client_frequency not in (None, "auto", "sqrt") and not args.client_frequency.isdigit():
+        ap.error(f"--client-frequency takes a number of batches, 'auto' or 'sqrt', got '{args.client_frequency}'")
+    if args.client_epochs not in (None, "sqrt") and not (args.client_epochs.isdigit() and int(args.client_epochs)):
+        ap.error(f"--client-epochs takes a number >= 1 or 'sqrt', got '{args.client_epochs}'")
     if args.client_frequency is not None and PROTOCOLS[args.protocol]["method"] != "online":
         ap.error(f"--client-frequency is online EM's (the paper protocol); --protocol {args.protocol} trains with "
                  f"{PROTOCOLS[args.protocol]['method']}")
-    if args.client_epochs is not None and args.table != "table1":
-        ap.error("--client-epochs is table1's")
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.clients = [int(k) for k in args.clients.split(",")]
     params = {**PROTOCOLS[args.protocol], "device": args.device}
