@@ -37,6 +37,19 @@ def test_raw_row_is_caught_anywhere(setup):
         audit.check("client-1", Message("m", {"t": test_row}))
 
 
+def test_a_row_among_many_arrays_is_named_by_its_array_and_the_joins_between_arrays_match_nothing(setup):
+    part, audit = setup
+    c = part["client-1"]
+    row = c.train.iloc[17].to_numpy()
+    rng = np.random.default_rng(1)
+    arrays = {f"layer{i}.weight": rng.normal(size=(4, 3)) for i in range(30)}
+    audit.check("client-1", Message("m", arrays))  # weights alone are clean
+    with pytest.raises(PrivacyViolation, match="array 'layer23.weight' contains row"):
+        audit.check("client-1", Message("m", {**arrays, "layer23.weight": np.concatenate([row, [0.5]])}))
+    half = len(row) // 2  # a row cut across two arrays is in neither (as when arrays were searched apart)
+    audit.check("client-1", Message("m", {**arrays, "a": row[:half], "b": row[half:]}))
+
+
 def test_raw_column_run_is_caught_but_short_runs_pass(setup):
     part, audit = setup
     c = part["client-0"]
@@ -228,6 +241,10 @@ def test_wide_rows_in_any_order_are_caught_without_sorting_every_window():
         leaked[1000:1000 + side * side] = rng.permutation(rows[7])
         with pytest.raises(PrivacyViolation, match="contains row"):
             audit.check("c", Message("fit", {"w": leaked}))
+        # in the third of several arrays searched as one (the arrays' joins hold a NaN, which the
+        # running sums of the order-free search step over)
+        with pytest.raises(PrivacyViolation, match="array 'c' contains row"):
+            audit.check("c", Message("fit", {"a": params[:5000], "b": params[5000:9000], "c": leaked[500:2000]}))
 
 
 def test_rare_rows_of_small_counts_and_outlier_runs_are_not_found_in_index_lists():
