@@ -184,10 +184,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where every circuit trains")
     ap.add_argument("--out")
     args = ap.parse_args()
-    if args.client_frequency not in (None, "auto", "sqrt") and not args.client_frequency.isdigit():
-        ap.error(f"--client-frequency takes a number of batches, 'auto' or 'sqrt', got '{args.client_frequency}'")
-    if args.client_epochs not in (None, "sqrt") and not (args.client_epochs.isdigit() and int(args.client_epochs)):
-        ap.error(f"--client-epochs takes a number >= 1 or 'sqrt', got '{args.client_epochs}'")
+    for flag, value, words in (("--client-frequency", args.client_frequency, ("auto", "sqrt")),
+                               ("--client-epochs", args.client_epochs, ("sqrt",))):
+        if value is not None and value not in words and not (value.isdigit() and int(value) >= 1):
+            ap.error(f"{flag} takes a number >= 1 or {' or '.join(repr(w) for w in words)}, got '{value}'")
     if args.client_frequency is not None and PROTOCOLS[args.protocol]["method"] != "online":
         ap.error(f"--client-frequency is online EM's (the paper protocol); --protocol {args.protocol} trains with "
                  f"{PROTOCOLS[args.protocol]['method']}")
