@@ -22,6 +22,7 @@ the same forward pass.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -138,7 +139,9 @@ class DenseCircuit(nn.Module):
     inputs: "InputLayer"
 
     def __init__(self, graph: RegionGraph, units: int, input_kind: str = "gaussian", levels: int | None = None,
-                 input_options: dict | None = None, seed: int = 0) -> None:
+                 input_options: dict | None = None, seed: int | None = 0) -> None:
+        """``seed``: of the random initialisation; None leaves the sum weights unset, for a
+        model whose parameters are loaded next (``from_spec``: no 6M random draws to overwrite)."""
         super().__init__()
         if units < 1:
             raise FedpgmError(f"the number of units K must be >= 1, got {units}")
@@ -149,7 +152,7 @@ class DenseCircuit(nn.Module):
         self.schema: Schema | None = None  # the columns it models, set by its learner
         self.columns: list[int] = list(range(graph.n_vars))  # schema index of each variable
         self.input_options = dict(input_options or {})
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed if seed is not None else 0)
         region_depth, part_depth = graph.depths()
         reachable = self.reachable(graph)
         r_order = sorted((r for r in range(len(graph.regions)) if r in reachable), key=lambda r: (region_depth[r], r))
@@ -161,7 +164,7 @@ class DenseCircuit(nn.Module):
         pairs = [(r_pos[r], v) for r in r_order[:self.n_leaf_regions] for v in graph.regions[r]]
         self.register_buffer("pair_region", torch.tensor([p for p, _ in pairs], dtype=torch.long))
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            torch.manual_seed(seed if seed is not None else 0)
             self.inputs = INPUT_LAYERS[input_kind](
                 torch.tensor([v for _, v in pairs]), self.units, levels=levels, **self.input_options)
         self.layers: list[Layer] = []
@@ -188,9 +191,10 @@ class DenseCircuit(nn.Module):
         if r_at != len(r_order) or p_at != len(p_order):
             raise FedpgmError("region graph: regions or partitions are out of depth order")
         k = self.units
-        self.part_logits = nn.Parameter(torch.randn(len(p_order), k, k * k, generator=gen))
         m_max = max([lay.mix.shape[1] for lay in self.layers] or [1])
-        self.mix_logits = nn.Parameter(torch.randn(len(r_order), k, m_max, generator=gen))
+        draw = torch.empty if seed is None else partial(torch.randn, generator=gen)
+        self.part_logits = nn.Parameter(draw(len(p_order), k, k * k))
+        self.mix_logits = nn.Parameter(draw(len(r_order), k, m_max))
         self.mask_padding()
         self.root_logits = nn.Parameter(torch.zeros(k))
         self.root_pos = r_pos[graph.root]
@@ -359,7 +363,7 @@ class DenseCircuit(nn.Module):
         try:
             options = {k: v for k, v in spec.get("input_options", {}).items() if k != "levels"}
             model = cls(RegionGraph.from_dict(spec["graph"]), int(spec["units"]), str(spec["input"]),
-                        spec.get("levels"), options)
+                        spec.get("levels"), options, seed=None)
             if spec.get("schema") is not None:
                 model.schema = Schema.from_dict(spec["schema"])
                 columns = [int(c) for c in spec["columns"]]
@@ -383,11 +387,11 @@ class DenseCircuit(nn.Module):
         if got != expected:
             wrong = sorted(set(got) ^ set(expected)) or [k for k in expected if got[k] != expected[k]]
             raise FedpgmError(f"{where}: parameter arrays do not fit the described circuit ({wrong[:3]})")
-        bad = [k for k, v in arrays.items() if not np.isfinite(np.asarray(v, dtype=float)).all()]
+        bad = [k for k, v in arrays.items() if not np.isfinite(v).all()]
         if bad:
             raise FedpgmError(f"{where}: parameter array(s) {bad} hold NaN or infinite values")
-        state = self.state_dict()
-        for k, v in arrays.items():
-            state[k] = torch.as_tensor(np.asarray(v)).to(state[k].dtype)
-        self.load_state_dict(state)
+        state = self.state_dict()  # (views of the parameters: one copy each, in place)
+        with torch.no_grad():
+            for k, v in arrays.items():
+                state[k].copy_(torch.from_numpy(np.require(v, requirements="W")))  # (copied if read-only)
         self.mask_padding()

@@ -30,6 +30,7 @@ from fedpgm.federation.base import Federation
 from fedpgm.federation.psi import align_rows, check_align
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue
+from fedpgm.threads import one_thread
 
 PLACEMENTS = ("server", "split")
 DEFAULT_PARAMS = {"learnspn": {"min_instances_slice": 100, "threshold": 0.3, "leaf": "gaussian"},
@@ -90,6 +91,7 @@ def check_alignment(described: dict, spaces) -> None:
                               "privately with align='psi' (--align psi)")
 
 
+@one_thread()
 def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", products: int | None = None,
               learner: str = "learnspn", params: dict | None = None, placement: str = "server",
               seed: int = 0, min_clients: int | None = None, align: str = "none") -> FedPC:
@@ -101,7 +103,10 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
 
     ``min_clients``: in a horizontal federation, go on without clients that fail or miss the
     deadline as long as this many answered (they are named in ``info["left_out"]``); None: every
-    client must answer. Vertical and hybrid fits need every party's columns."""
+    client must answer. Vertical and hybrid fits need every party's columns.
+
+    Runs under one-thread limits (``fedpgm.threads``), as every client does, so the server's CPU
+    seconds in the critical path count its work, not two thread pools spinning."""
     if clusters < 1:
         raise FedpgmError(f"clusters must be >= 1, got {clusters}")
     if glue_how not in GLUES:
