@@ -93,6 +93,22 @@ def test_reference_algorithm_refuses_to_reveal_a_single_row():
             fed.send("client-0", "moments", config={"columns": tiny.columns, "min_rows": 1})
 
 
+def test_an_experiments_audit_checks_only_the_clients_that_do_not_audit_themselves():
+    ds = load_dataset("wine", seed=0)
+    part = partition(ds, "horizontal", 2, seed=0)
+    tiny = part.clients[0]
+    tiny.train = tiny.train.iloc[:1]
+    tiny.policy = ClientPolicy(min_rows=1, audit=False)
+    harness = PrivacyAudit.beside_policies(part)
+    assert list(harness.patterns) == ["client-0"]  # client-1 checks its own replies: not twice
+    with InProcessFederation(part, "fedpgm.federation.reference:HANDLERS", mode="sequential",
+                             audit=harness) as fed:
+        fed.send("client-1", "moments", config={"columns": tiny.columns})
+        with pytest.raises(PrivacyViolation, match="client 'client-0'.*contains row"):
+            fed.send("client-0", "moments", config={"columns": tiny.columns, "min_rows": 1})
+    assert harness.checked == 2  # both replies counted
+
+
 def test_low_entropy_discrete_rows_are_not_patterns_but_wide_ones_are():
     asia = load_dataset("bn:asia", rows=400, seed=0)
     small = partition(asia, "vertical", 2, seed=0)  # 4-5 binary columns: < 2^16 possible rows

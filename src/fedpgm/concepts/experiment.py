@@ -200,7 +200,7 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
             out = run_flower(clients, initial, late, d.cards, d.task, int(d.x.shape[1]), val, r, s.timeout,
                              simulation=s.backend == "simulation", dataset=f"bn:{d.network}")
         else:
-            audit = PrivacyAudit(clients)
+            audit = PrivacyAudit.beside_policies(clients)
             with InProcessFederation(clients, HANDLERS, mode="sequential", audit=audit, timeout=s.timeout) as fed:
                 out = run_rounds(fed, initial, late, d.cards, d.task, d.x.shape[1], val, r, progress)
                 out["ledger"] = fed.ledger.totals()

@@ -3,7 +3,8 @@
 ``PrivacyAudit(clients)`` checks a message against each client's private table (train and test
 rows). Every client runs it on each of its replies before the reply leaves (``HandlerSet.handle``,
 unless its policy turns it off), on every backend; tests also pass it to a federation as
-``audit=`` to check the server's view. A message fails if any array, or the numbers anywhere in
+``audit=`` to check the server's view, and experiments pass ``PrivacyAudit.beside_policies``
+(only the clients that do not audit themselves). A message fails if any array, or the numbers anywhere in
 its config (flattened in order), contain as a contiguous run:
 
 ==========================  =====================================================================
@@ -497,6 +498,15 @@ class PrivacyAudit:
         self.max_column_run = max_column_run
         self.checked = 0
         self.patterns = {c.client_id: ClientPatterns(c, max_column_run) for c in clients}
+
+    @classmethod
+    def beside_policies(cls, clients: Partition | Sequence[ClientData]) -> "PrivacyAudit":
+        """An experiment's audit of what its clients do not audit themselves: it checks the
+        replies of clients whose policy turns the audit off and counts (``checked``) every reply.
+        The others ran this same check on each reply before it left (``HandlerSet.handle``); a
+        second pass on the server's side doubled the audit's cost (half an F-CM round)."""
+        clients = clients.clients if isinstance(clients, Partition) else clients
+        return cls([c for c in clients if not c.policy.audit])
 
     def __call__(self, client_id: str, message: Message) -> None:
         self.check(client_id, message)

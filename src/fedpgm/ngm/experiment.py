@@ -192,7 +192,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
         if y not in shared:
             raise FedpgmError(f"target '{y}' is not a shared feature; shared features are {shared}")
     times = {"split": time.perf_counter() - t0}
-    audit = PrivacyAudit(clients)
+    audit = PrivacyAudit.beside_policies(clients)
     with InProcessFederation(clients, HANDLERS, mode=mode, audit=audit, timeout=s.timeout) as fed:
         say("clients: graphs, local NGMs; server: merge, sample, distil")
         t = time.perf_counter()
