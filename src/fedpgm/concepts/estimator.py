@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from fedpgm.concepts.federation import (GRAPH_ROUNDS, GRAPH_VOTES, HANDLERS, X_PREFIX, RoundSettings, run_rounds,
+from fedpgm.concepts.federation import (GRAPH_ROUNDS, GRAPH_VOTES, HANDLERS_PATH, X_PREFIX, RoundSettings, run_rounds,
                                         split_table)
 from fedpgm.concepts.models import KINDS, ConceptModel, load_model, save_model
 from fedpgm.concepts.privacy import DP_SCOPES
@@ -146,7 +146,7 @@ class FederatedCM(FederatedEstimator):
                                   "parties holding their own keys); use backend='flower'")
             from fedpgm.federation import InProcessFederation
 
-            with InProcessFederation(partition.clients, HANDLERS, mode="sequential", timeout=self.timeout) as fed:
+            with InProcessFederation(partition.clients, HANDLERS_PATH, timeout=self.timeout) as fed:
                 out = run_rounds(fed, initial, list(late), cards, task, len(inputs), val, s)
                 out["ledger"] = fed.ledger.totals()
         else:
