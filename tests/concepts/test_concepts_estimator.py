@@ -32,7 +32,9 @@ def test_fit_equals_run_fcm_and_answers_queries(asia, fitted):
     _, _, _, test = federation_of(d, s)
     assert fitted.score(test) == pytest.approx(report["task_accuracy"], abs=1e-6)  # (float32 mean there)
     assert fitted.info_["val_task_loss"] == pytest.approx(report["val_task_loss"], rel=1e-9)
-    assert fitted.communication_["bytes_up"] == report["bytes_up"]
+    # the same messages: equal but for each reply's CPU "seconds", whose JSON length varies (and
+    # may move the codec's 64-byte array alignment)
+    assert fitted.communication_["bytes_up"] == pytest.approx(report["bytes_up"], rel=1e-3)
     labels = fitted.predict(test)
     assert set(labels) <= set(d.states[d.task]) and len(labels) == len(test)
     concepts = fitted.predict_concepts(test)
