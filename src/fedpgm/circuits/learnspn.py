@@ -34,6 +34,7 @@ from fedpgm.circuits.rdc import rdc_matrix
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
+from fedpgm.threads import threads_for
 
 CONTINUOUS_LEAVES = ("gaussian", "histogram")  # leaf kinds for continuous variables
 LEAF_MODELS = ("univariate", "chow-liu")  # how a slice that stops splitting is modelled
@@ -100,7 +101,8 @@ class LearnSPNBuilder:
             if rest:
                 children.append(self.learn(rows, rest))
             return children[0] if len(children) == 1 else self.c.product(children)
-        rdc = rdc_matrix(data, [self.cards[v] for v in scope], seed=int(self.rng.integers(2**31)))
+        with threads_for(data.size):
+            rdc = rdc_matrix(data, [self.cards[v] for v in scope], seed=int(self.rng.integers(2**31)))
         n_comp, labels = connected_components(rdc > self.threshold, directed=False)
         if n_comp > 1:
             groups = [[v for v, l in zip(scope, labels) if l == g] for g in range(n_comp)]
@@ -139,8 +141,8 @@ class LearnSPNBuilder:
                 cols.append(((x - x.mean()) / (sd if sd > 0 else 1.0))[:, None])
         km = KMeans(n_clusters=min(self.row_clusters, len(data)), n_init=2, max_iter=50,
                     random_state=int(self.rng.integers(2**31)))
-        with warnings.catch_warnings():  # fewer distinct rows than clusters: fewer parts (``learn`` copes)
-            warnings.simplefilter("ignore", ConvergenceWarning)
+        with warnings.catch_warnings(), threads_for(data.size):  # fewer distinct rows than clusters: fewer
+            warnings.simplefilter("ignore", ConvergenceWarning)  # parts (``learn`` copes)
             return km.fit_predict(np.hstack(cols))
 
 
