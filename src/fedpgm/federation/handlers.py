@@ -106,11 +106,15 @@ class ClientContext:
 
 
 class HandlerSet:
-    """Named handlers of one algorithm; ``kind`` is ``query`` or ``train`` (Flower's types)."""
+    """Named handlers of one algorithm; ``kind`` is ``query`` or ``train`` (Flower's types).
+    ``warm_up``: run once per process before its first handler, outside the handlers' own timing
+    (a client process serves many requests; its one-time library set-up is not a fit's work)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, warm_up: Callable[[], None] | None = None) -> None:
         self.name = name
         self.handlers: dict[str, tuple[str, Handler]] = {}
+        self.warm_up = warm_up
+        self.warm = False  # (per process: each worker imports its own HandlerSet)
 
     def register(self, kind: str, name: str) -> Callable[[Handler], Handler]:
         if kind not in ("query", "train"):
@@ -150,6 +154,9 @@ class HandlerSet:
         privacy audit of the reply (unless the policy turns it off) and the policy's notes."""
         ctx.policy.check_family(self.name, ctx.client_id)
         _, fn = self.lookup(request.name)
+        if self.warm_up is not None and not self.warm:
+            self.warm_up()
+            self.warm = True
         ctx.notes = []
         ctx.align()
         reply = fn(request, ctx)

@@ -27,12 +27,13 @@ from sklearn.cluster import KMeans
 
 from fedpgm.circuits.learners import ESTIMATORS, log_likelihood_of
 from fedpgm.circuits.io import load_circuit, save_circuit, to_payload
+from fedpgm.circuits.learnspn import warm_up
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 from fedpgm.fedpc.trees import Expert, expert_message
 
-HANDLERS = HandlerSet("fedpc")
+HANDLERS = HandlerSet("fedpc", warm_up=warm_up)
 FOLDER = "fedpc"
 
 

@@ -1,0 +1,123 @@
+"""Where a FedPC client's time goes: learner work of the slowest client vs the centralized fit.
+
+Vertical x2 (or horizontal x5 with label skew) under the paper's Table 4 settings
+(``PAPER_TABLE4``; vertical: combinatorial gluing, K = 2). For each dataset and seed: the
+federated run's relative runtime (``run_fedpc``, CPU seconds, one thread everywhere), and,
+counted while the learner runs, the work LearnSPN does: RDC calls and their cells (rows x
+variables of each slice tested) and k-means calls and cells, for the centralized fit and for
+each client repeating its fit steps in this process (``fedpgm.fedpc.client.fit``: vertical,
+k-means with K = 2 on its own columns and one LearnSPN per cluster; horizontal, one LearnSPN on
+its rows). The counters wrap ``fedpgm.circuits.learnspn.rdc_matrix`` and
+``LearnSPNBuilder.cluster`` for the run (a profiling harness; the learner is unchanged). Prints JSON.
+
+    python benchmarks/fedpc_client_work.py --split vertical --seeds 3 --out docs/fedpc_vertical_work.json
+    python benchmarks/fedpc_client_work.py --split horizontal --datasets adult,credit --seeds 3 \
+        --out docs/fedpc_horizontal_work.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import emit  # noqa: E402
+
+from fedpgm.circuits import learnspn  # noqa: E402
+from fedpgm.circuits.learners import ESTIMATORS  # noqa: E402
+from fedpgm.data import load_dataset, partition  # noqa: E402
+from fedpgm.fedpc.client import kmeans  # noqa: E402
+from fedpgm.fedpc.experiment import FitSettings, paper_settings, run_fedpc  # noqa: E402
+from fedpgm.fedpc.server import learner_params  # noqa: E402
+from fedpgm.threads import one_thread  # noqa: E402
+
+
+@contextmanager
+def counted(work: dict):
+    """Count RDC and k-means calls and cells into ``work`` while the block runs."""
+    rdc, cluster = learnspn.rdc_matrix, learnspn.LearnSPNBuilder.cluster
+
+    def counting_rdc(data, cards, **kw):
+        work["rdc_calls"] += 1
+        work["rdc_cells"] += data.size
+        return rdc(data, cards, **kw)
+
+    def counting_cluster(self, data, scope):
+        work["kmeans_calls"] += 1
+        work["kmeans_cells"] += data.size
+        return cluster(self, data, scope)
+
+    learnspn.rdc_matrix, learnspn.LearnSPNBuilder.cluster = counting_rdc, counting_cluster
+    try:
+        with one_thread():
+            start = time.process_time()
+            yield
+            work["cpu_seconds"] = time.process_time() - start
+    finally:
+        learnspn.rdc_matrix, learnspn.LearnSPNBuilder.cluster = rdc, cluster
+
+
+def fresh() -> dict:
+    return {"rdc_calls": 0, "rdc_cells": 0, "kmeans_calls": 0, "kmeans_cells": 0, "cpu_seconds": 0.0}
+
+
+SPLITS = {"vertical": (2, {}), "horizontal": (5, {"scheme": "label-skew"})}  # clients, partition options
+
+
+def one(name: str, seed: int, split: str) -> dict:
+    ds = load_dataset(name, seed=seed)
+    clients, options = SPLITS[split]
+    settings = paper_settings(split, name, FitSettings(split=split, clients=clients, clusters=2, seed=seed,
+                                                       partition=options))
+    _, report = run_fedpc(ds, settings)
+    params = learner_params(settings.learner, settings.params, seed)
+    learner = ESTIMATORS[settings.learner]
+    out = {"relative_runtime": report["relative_runtime"], "columns": {"centralized": len(ds.schema)}}
+    work = {"centralized": fresh()}
+    with counted(work["centralized"]):
+        learner(**params).fit(ds.train, ds.schema)
+    for i, client in enumerate(partition(ds, split, clients, seed, **options).clients):
+        table = client.train[client.schema.names]
+        key = f"client-{i}"
+        work[key], out["columns"][key] = fresh(), len(client.schema)
+        with counted(work[key]):
+            labels = (kmeans(table.to_numpy(dtype=float), settings.clusters, seed) if split == "vertical"
+                      else np.zeros(len(table), dtype=int))
+            for k in np.unique(labels):
+                learner(**params).fit(table.iloc[np.flatnonzero(labels == k)], client.schema, reference=table)
+    slowest = max((k for k in work if k != "centralized"), key=lambda k: work[k]["cpu_seconds"])
+    out.update(work=work, slowest=slowest,
+               cpu_ratio=work[slowest]["cpu_seconds"] / work["centralized"]["cpu_seconds"],
+               rdc_cells_ratio=work[slowest]["rdc_cells"] / work["centralized"]["rdc_cells"])
+    print(name, seed, {k: round(out[k], 3) for k in ("relative_runtime", "cpu_ratio", "rdc_cells_ratio")},
+          file=sys.stderr, flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", choices=sorted(SPLITS), default="vertical")
+    ap.add_argument("--datasets", default="adult,credit,breast_cancer")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    clients = SPLITS[args.split][0]
+    report: dict = {"settings": f"{args.split} x{clients}, Table 4 (PAPER_TABLE4)", "datasets": {}}
+    for name in args.datasets.split(","):
+        runs = [one(name, seed, args.split) for seed in range(args.seeds)]
+        report["datasets"][name] = {
+            "runs": runs,
+            "median_relative_runtime": statistics.median(r["relative_runtime"] for r in runs),
+            "median_cpu_ratio": statistics.median(r["cpu_ratio"] for r in runs),
+            "median_rdc_cells_ratio": statistics.median(r["rdc_cells_ratio"] for r in runs)}
+    emit(report, args.out)
+
+
+if __name__ == "__main__":
+    main()
