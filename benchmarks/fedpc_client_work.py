@@ -89,8 +89,9 @@ def one(name: str, seed: int, split: str) -> dict:
         with counted(work[key]):
             labels = (kmeans(table.to_numpy(dtype=float), settings.clusters, seed) if split == "vertical"
                       else np.zeros(len(table), dtype=int))
-            for k in np.unique(labels):
-                learner(**params).fit(table.iloc[np.flatnonzero(labels == k)], client.schema, reference=table)
+            for k in np.unique(labels):  # with the client policy's floor on a row split's parts, as it fits
+                rows = table.iloc[np.flatnonzero(labels == k)]
+                learner(**params, min_leaf_rows=client.policy.min_rows).fit(rows, client.schema, reference=table)
     slowest = max((k for k in work if k != "centralized"), key=lambda k: work[k]["cpu_seconds"])
     out.update(work=work, slowest=slowest,
                cpu_ratio=work[slowest]["cpu_seconds"] / work["centralized"]["cpu_seconds"],
