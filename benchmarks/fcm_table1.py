@@ -61,7 +61,12 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--check", metavar="JSON", help="only add the targets to an earlier result file")
     ap.add_argument("--merge", nargs="+", metavar="JSON", help="pool the seeds of earlier result files into --out")
+    ap.add_argument("--markdown", nargs="+", metavar="JSON",
+                    help="print a result file's Table 1 for the docs; a second file's F-CM column beside it")
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(*[json.loads(Path(f).read_text()) for f in args.markdown]))
+        return
     if args.check:
         result = json.loads(Path(args.check).read_text())
         result["targets"] = targets(result["table"])
@@ -131,6 +136,38 @@ def targets(table: dict) -> dict:
                       "above_local": fcm > acc["local"] if "local" in acc else None}
             out.setdefault(net, {})[kind] = {k: v for k, v in checks.items() if v is not None}
     return out
+
+
+def markdown(result: dict, beside: dict | None = None) -> str:
+    """The docs' Table 1 rows of ``result`` (mean +- std task accuracy per regime, F-CM minus
+    centralized in points, F-CM coverage, static's and F-CM's concept accuracy, F-CM seconds per
+    seed), with ``beside``'s F-CM task accuracy (the other protocol's run) as a column."""
+    def acc(cells: dict, cell: str) -> str:
+        return f"{cells[cell]['task_accuracy']['mean']:.3f} ± {cells[cell]['task_accuracy']['std']:.3f}" \
+            if cell in cells else "-"
+    def protocol(r: dict) -> str:  # files from before the switch ran the project protocol
+        return r.get("protocol", {"name": "project"})["name"]
+    other = f"F-CM, {protocol(beside)} protocol" if beside else None
+    lines = []
+    for net, cells in result["table"].items():
+        true_dag = result.get("protocol", {}).get("centralized_graph") == "true"
+        head = ["model", "centralized (true DAG)" if true_dag else "centralized", "local", "static", "F-CM",
+                "F-CM - centralized (points)", "F-CM coverage", "concept accuracy, static / F-CM",
+                *([other] if other else []), "F-CM seconds per seed"]
+        lines += [f"**{net}** ({protocol(result)} protocol, {result['seeds']} seeds)", "",
+                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for kind in dict.fromkeys(c.split()[0] for c in cells):
+            fcm = cells[f"{kind} fcm"]
+            gap = 100 * (fcm["task_accuracy"]["mean"] - cells[f"{kind} centralized"]["task_accuracy"]["mean"])
+            row = [kind, *(acc(cells, f"{kind} {r}") for r in REGIMES), f"{gap:+.1f}",
+                   f"{fcm['coverage']['mean']:.2f}" if kind != "opaque" else "- (no concepts)",
+                   " / ".join(f"{cells[c]['concept_accuracy']['mean']:.3f}" for c in (f"{kind} static", f"{kind} fcm"))
+                   if kind != "opaque" else "-",
+                   *([acc(beside["table"].get(net, {}), f"{kind} fcm")] if beside else []),
+                   f"{fcm['seconds']['mean']:.0f}"]
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def mean_curve(runs: list[list[dict]]) -> list[dict]:
