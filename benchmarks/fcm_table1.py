@@ -158,11 +158,12 @@ def markdown(result: dict, beside: dict | None = None) -> str:
                   "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for kind in dict.fromkeys(c.split()[0] for c in cells):
             fcm = cells[f"{kind} fcm"]
-            gap = 100 * (fcm["task_accuracy"]["mean"] - cells[f"{kind} centralized"]["task_accuracy"]["mean"])
-            row = [kind, *(acc(cells, f"{kind} {r}") for r in REGIMES), f"{gap:+.1f}",
+            central = cells.get(f"{kind} centralized")
+            gap = f"{100 * (fcm['task_accuracy']['mean'] - central['task_accuracy']['mean']):+.1f}" if central else "-"
+            row = [kind, *(acc(cells, f"{kind} {r}") for r in REGIMES), gap,
                    f"{fcm['coverage']['mean']:.2f}" if kind != "opaque" else "- (no concepts)",
-                   " / ".join(f"{cells[c]['concept_accuracy']['mean']:.3f}" for c in (f"{kind} static", f"{kind} fcm"))
-                   if kind != "opaque" else "-",
+                   " / ".join(f"{cells[c]['concept_accuracy']['mean']:.3f}" if c in cells else "-"
+                              for c in (f"{kind} static", f"{kind} fcm")) if kind != "opaque" else "-",
                    *([acc(beside["table"].get(net, {}), f"{kind} fcm")] if beside else []),
                    f"{fcm['seconds']['mean']:.0f}"]
             lines.append("| " + " | ".join(row) + " |")
