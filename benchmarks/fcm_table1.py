@@ -143,8 +143,10 @@ def markdown(result: dict, beside: dict | None = None) -> str:
     centralized in points, F-CM coverage, static's and F-CM's concept accuracy, F-CM seconds per
     seed), with ``beside``'s F-CM task accuracy (the other protocol's run) as a column."""
     def acc(cells: dict, cell: str) -> str:
-        return f"{cells[cell]['task_accuracy']['mean']:.3f} ± {cells[cell]['task_accuracy']['std']:.3f}" \
-            if cell in cells else "-"
+        if cell not in cells:
+            return "-"
+        task = cells[cell]["task_accuracy"]
+        return f"{task['mean']:.3f} ± {task['std']:.3f}" if len(task["runs"]) > 1 else f"{task['mean']:.3f}"
     def protocol(r: dict) -> str:  # files from before the switch ran the project protocol
         return r.get("protocol", {"name": "project"})["name"]
     other = f"F-CM, {protocol(beside)} protocol" if beside else None
@@ -154,7 +156,8 @@ def markdown(result: dict, beside: dict | None = None) -> str:
         head = ["model", "centralized (true DAG)" if true_dag else "centralized", "local", "static", "F-CM",
                 "F-CM - centralized (points)", "F-CM coverage", "concept accuracy, static / F-CM",
                 *([other] if other else []), "F-CM seconds per seed"]
-        lines += [f"**{net}** ({protocol(result)} protocol, {result['seeds']} seeds)", "",
+        seeds = f"{result['seeds']} seed" + ("s" if result["seeds"] > 1 else "")
+        lines += [f"**{net}** ({protocol(result)} protocol, {seeds})", "",
                   "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for kind in dict.fromkeys(c.split()[0] for c in cells):
             fcm = cells[f"{kind} fcm"]
