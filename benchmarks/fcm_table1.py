@@ -65,6 +65,11 @@ def main() -> None:
                     help="print a result file's Table 1 for the docs; a second file's F-CM column beside it")
     args = ap.parse_args()
     if args.markdown:
+        if len(args.markdown) > 2:
+            ap.error(f"--markdown takes a result file and at most one to show beside it, got {len(args.markdown)}")
+        missing = [f for f in args.markdown if not Path(f).is_file()]
+        if missing:
+            ap.error(f"--markdown: no such result file {missing[0]}; pass a JSON that --out wrote")
         print(markdown(*[json.loads(Path(f).read_text()) for f in args.markdown]))
         return
     if args.check:
@@ -152,7 +157,7 @@ def markdown(result: dict, beside: dict | None = None) -> str:
     other = f"F-CM, {protocol(beside)} protocol" if beside else None
     lines = []
     for net, cells in result["table"].items():
-        true_dag = result.get("protocol", {}).get("centralized_graph") == "true"
+        true_dag = result.get("protocol", {}).get("centralized_graph") == "true"  # the paper protocol's baseline
         head = ["model", "centralized (true DAG)" if true_dag else "centralized", "local", "static", "F-CM",
                 "F-CM - centralized (points)", "F-CM coverage", "concept accuracy, static / F-CM",
                 *([other] if other else []), "F-CM seconds per seed"]
