@@ -210,6 +210,47 @@ def test_a_node_allow_list_in_node_config_refuses_other_families(parts, tmp_path
     assert MOMENTS.handle(Message("describe"), ctx).config  # the family it serves answers
 
 
+NODE_PROCESS = """
+import json, sys
+from flwr.app import Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 7, 0, 1  # as inside a ClientApp process
+from fedpgm.federation.codec import Message as Request, decode, encode
+from fedpgm.federation.flower import client_app, from_record, to_record
+heavy = lambda: sorted(m for m in ("torch", "sklearn", "pgmpy", "opacus", "scipy.stats") if m in sys.modules)
+out = {"on_import": heavy()}
+config = json.loads(sys.argv[1])
+ctx = Context(run_id=7, node_id=1, node_config=config, state=RecordDict(), run_config={"handlers": "moments"})
+ask = lambda kind: Message(to_record(bytes(encode(Request(kind.split(".")[1])))), dst_node_id=1, message_type=kind)
+out["describe"] = decode(from_record(client_app(ask("query.describe"), ctx).content)).config
+try:
+    client_app(ask("train.fit"), ctx)  # a route of another family (fedpc's)
+except ValueError as e:
+    out["other_family"] = str(e)
+out["after"] = heavy()
+print(json.dumps(out))
+"""
+
+
+def test_a_node_process_imports_only_the_family_its_run_names(parts, tmp_path):
+    """Flower starts a process per message: the ClientApp module loads no torch, scikit-learn,
+    pgmpy or opacus, a run of the moments family answers without them, and a route of another
+    family (fedpc's ``train.fit``) is not served in that run."""
+    import json
+    import subprocess
+    import sys
+
+    part, folder = parts
+    config = {"client-id": "client-0", "data": str(folder / "client-0.csv"), "schema": str(folder / "manifest.json"),
+              "workdir": str(tmp_path / "node")}
+    done = subprocess.run([sys.executable, "-c", NODE_PROCESS, json.dumps(config)], capture_output=True, text=True,
+                          timeout=120, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["on_import"] == [] and out["after"] == []
+    assert out["describe"]["n_rows"] == len(part["client-0"].train)
+    assert out["other_family"] == "No train function registered with name 'fit'"
+
+
 def test_supernodes_that_never_connect_are_named(monkeypatch):
     """A SuperNode with the wrong address, CA or key never connects: the run names it."""
     from types import SimpleNamespace

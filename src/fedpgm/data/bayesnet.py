@@ -14,7 +14,6 @@ from functools import lru_cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 
-import networkx as nx
 import pandas as pd
 
 from fedpgm.data.dataset import Dataset
@@ -76,6 +75,8 @@ def describe_network(name: str, options: LoadOptions) -> dict:
           options=("rows", "label", "test_size"), members=lambda o: sorted(bundled_networks()),
           describe=describe_network)
 def load_bn(name: str, options: LoadOptions) -> Dataset:
+    import networkx as nx  # (imported where a network is loaded, not with the package)
+
     model = read_network(name)
     label = options.label if options.label is not None else DEFAULT_TASKS.get(name)
     schema = network_schema(model, label)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import networkx as nx
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import train_test_split
 
 from fedpgm.data.schema import ROW_ID, Schema
 from fedpgm.errors import FedpgmError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 MissingPolicy = Literal["keep", "impute"]
 MISSING_POLICIES = ("keep", "impute")
@@ -107,6 +108,8 @@ def random_split(
         # (a stratified split needs two rows per class and room for every class on both sides)
         if counts.min() >= 2 and min(n_test, len(frame) - n_test) >= len(counts):
             stratify = frame[schema.label]
+    from sklearn.model_selection import train_test_split  # (seconds to import: only where a split is made)
+
     train, test = train_test_split(frame, test_size=test_size, random_state=seed, stratify=stratify)
     return train.sort_index(), test.sort_index()
 

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn import datasets as skdatasets
 
 from fedpgm.data.dataset import Dataset, apply_missing_policy, random_split, table
 from fedpgm.data.registry import LoadOptions, register, require_file, resolve_data_dir
@@ -47,7 +46,12 @@ def finish(name: str, frame: pd.DataFrame, schema: Schema, options: LoadOptions,
 
 
 # -- scikit-learn's bundled tables ---------------------------------------------------------------
-def sklearn_table(name: str, bunch, feature_kind: str, options: LoadOptions) -> Dataset:
+def sklearn_table(name: str, feature_kind: str, options: LoadOptions) -> Dataset:
+    """scikit-learn's bundled table ``load_<name>`` (scikit-learn imported here: a process that
+    only reads a client's CSV, as a Flower node does per message, does not pay for it)."""
+    from sklearn import datasets
+
+    bunch = getattr(datasets, f"load_{name}")()
     names = [str(n).replace(" ", "_") for n in bunch.feature_names]
     label = "target"
     classes = [canonical(c) for c in getattr(bunch, "target_names", np.unique(bunch.target))]
@@ -65,19 +69,19 @@ def sklearn_table(name: str, bunch, feature_kind: str, options: LoadOptions) -> 
 @register("breast_cancer", "Wisconsin diagnostic breast cancer (scikit-learn), 30 continuous, "
           "label malignant/benign", options=SPLIT_OPTIONS)
 def load_breast_cancer(_: str | None, options: LoadOptions) -> Dataset:
-    return sklearn_table("breast_cancer", skdatasets.load_breast_cancer(), "continuous", options)
+    return sklearn_table("breast_cancer", "continuous", options)
 
 
 @register("digits", "8x8 handwritten digits (scikit-learn), 64 ordinal pixels 0..16, label 0-9",
           options=SPLIT_OPTIONS)
 def load_digits(_: str | None, options: LoadOptions) -> Dataset:
-    return sklearn_table("digits", skdatasets.load_digits(), "ordinal", options)
+    return sklearn_table("digits", "ordinal", options)
 
 
 @register("wine", "Wine recognition (scikit-learn), 13 continuous, 3 cultivars",
           options=SPLIT_OPTIONS)
 def load_wine(_: str | None, options: LoadOptions) -> Dataset:
-    return sklearn_table("wine", skdatasets.load_wine(), "continuous", options)
+    return sklearn_table("wine", "continuous", options)
 
 
 # -- UCI Adult -----------------------------------------------------------------------------------

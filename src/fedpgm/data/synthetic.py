@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy.special import logsumexp
-from scipy.stats import multivariate_normal
 
 from fedpgm.data.dataset import Dataset, table
 from fedpgm.data.loaders import finish
@@ -46,6 +45,8 @@ class GaussianMixtureTruth:
         x = frame[list(self.names)].to_numpy(dtype=float)
         if np.isnan(x).any():
             raise FedpgmError("the Gaussian-mixture truth needs complete rows (no NaN)")
+        from scipy.stats import multivariate_normal  # (a second to import: only where a truth is scored)
+
         comps = [np.log(w) + multivariate_normal(m, c).logpdf(x).reshape(-1)
                  for w, m, c in zip(self.weights, self.means, self.covariances)]
         return logsumexp(np.stack(comps, axis=1), axis=1)
