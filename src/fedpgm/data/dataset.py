@@ -108,7 +108,7 @@ def random_split(
         # (a stratified split needs two rows per class and room for every class on both sides)
         if counts.min() >= 2 and min(n_test, len(frame) - n_test) >= len(counts):
             stratify = frame[schema.label]
-    from sklearn.model_selection import train_test_split  # (seconds to import: only where a split is made)
+    from sklearn.model_selection import train_test_split  # (0.8 s to import: only where a split is made)
 
     train, test = train_test_split(frame, test_size=test_size, random_state=seed, stratify=stratify)
     return train.sort_index(), test.sort_index()
