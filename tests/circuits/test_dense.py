@@ -1,6 +1,5 @@
 """Dense circuits: layers against brute-force enumeration, EM, files, sampling, the estimator."""
 
-import gzip
 import itertools
 import json
 
@@ -11,7 +10,7 @@ import torch
 from fedpgm.circuits import dense, dense_train
 from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.dense_estimator import DensePC
-from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.io import load_circuit
 from fedpgm.circuits.region_graph import RegionGraph, binary_trees, build, poon_domingos, quad_tree
 from fedpgm.data import load_dataset
 from fedpgm.errors import FedpgmError
@@ -180,6 +179,26 @@ def test_dense_estimator_on_digits(tmp_path):
     assert model.sample(3).shape == (3, 64)
     with pytest.raises(FedpgmError, match="no label to classify"):
         model.predict_proba(digits.test)
+
+
+def test_categorical_inputs_start_from_the_columns_value_frequencies(monkeypatch):
+    digits = load_dataset("digits").drop_label()
+    estimator = DensePC(pieces=4, leaf="categorical")
+    model = estimator.build(digits.schema)
+    data = digits.train.to_numpy()[:, model.columns].astype(float)
+    data[:7, 3] = np.nan  # missing values are left out of the counts
+    estimator.initialise(model, data)
+    probs = torch.softmax(model.inputs.logits, -1).detach().numpy()  # (E, K, 17)
+    var = model.inputs.var.numpy()
+    for e in (0, len(var) // 2, len(var) - 1):
+        col = data[:, var[e]]
+        freq = np.bincount(col[~np.isnan(col)].astype(int), minlength=17) / (~np.isnan(col)).sum()
+        np.testing.assert_allclose(probs[e], np.broadcast_to(0.2 * freq + 0.8 / 17, probs[e].shape), atol=1e-6)
+    # the start is worth it: one epoch of Adam from it against one from softmax(normal) logits
+    started = DensePC(pieces=4, epochs=1, leaf="categorical", method="adam").fit(digits.train, digits.schema)
+    monkeypatch.setattr(DensePC, "initialise", lambda self, model, data: None)
+    random = DensePC(pieces=4, epochs=1, leaf="categorical", method="adam").fit(digits.train, digits.schema)
+    assert started.bits_per_dim(digits.test) < random.bits_per_dim(digits.test) - 0.05
 
 
 def test_estimator_errors():

@@ -32,7 +32,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from fedpgm.circuits import dense_train
 from fedpgm.circuits.dense import DenseCircuit
-from fedpgm.circuits.dense_inputs import INPUTS, GaussianInput
+from fedpgm.circuits.dense_inputs import INPUTS, CategoricalInput, GaussianInput
 from fedpgm.circuits.estimator import NotFitted, as_matrix
 from fedpgm.circuits.io import load_circuit, save_circuit
 from fedpgm.circuits.region_graph import STRUCTURES, build
@@ -145,14 +145,30 @@ class DensePC(CheckedParams):
         return model.to(resolve_device(self.device))
 
     def initialise(self, model: DenseCircuit, data: np.ndarray) -> None:
-        """Gaussian means at each column's mean plus noise of half its standard deviation: the
-        data enter only through per-column moments, so no unit starts as (and, after few EM
-        steps, stays close to) a copy of a training row, which would travel in FedPC messages."""
+        """Start the inputs from per-column statistics only, so no unit starts as (and, after few
+        EM steps, stays close to) a copy of a training row, which would travel in FedPC messages.
+
+        Gaussian means: each column's mean plus noise of half its standard deviation.
+        Categorical inputs: every unit at 0.2 x the column's value frequencies + 0.8 x uniform
+        (units are told apart by the random sum weights). Chosen on a validation split of
+        mnist5k's training rows (3,500 / 500, Adam, cell 4, K 10, seeds 0 and 1): validation bpd
+        1.666 / 1.672 from softmax(standard normal) logits, 1.550 / 1.551 with this start; the
+        uniform share 0.5 gave 1.560 / 1.558, 0.95 gave 1.562, 1.0 (no data) 1.616, and noise
+        of 0.1 on the logits 1.564 (docs/images.md)."""
         inputs = model.inputs
-        if not isinstance(inputs, GaussianInput) or len(data) == 0:
+        if len(data) == 0:
+            return
+        var = inputs.var.cpu().numpy()
+        if isinstance(inputs, CategoricalInput):
+            levels = inputs.levels
+            counts = np.stack([np.bincount(np.clip(col[~np.isnan(col)], 0, levels - 1).astype(np.int64),
+                                           minlength=levels) for col in data.T[var]]).astype(np.float64)
+            freq = counts / np.maximum(counts.sum(1, keepdims=True), 1.0)  # (E, C)
+            logits = np.log(0.2 * freq + 0.8 / levels)
+            inputs.logits.data.copy_(torch.as_tensor(logits, dtype=torch.float32)[:, None, :].expand_as(inputs.logits))
+        if not isinstance(inputs, GaussianInput):
             return
         rng = np.random.default_rng(self.seed)
-        var = inputs.var.cpu().numpy()
         scale = (model.levels - 1) if model.levels else 1.0
         centre = np.nan_to_num(np.nanmean(data, axis=0))[var] / scale
         spread = np.nan_to_num(np.nanstd(data, axis=0))[var] / scale
