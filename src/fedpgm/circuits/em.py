@@ -8,11 +8,18 @@ tiny constant, so none is exactly 0); leaves refit from their statistics. Batch 
 rows per iteration; mini-batch (stepwise, online) EM keeps running statistics updated after
 every batch with step size (t + 2)^-decay (Liang and Klein 2009). EM stops in a local optimum
 that depends on the initialisation, so ``em_best_of`` trains several and keeps the best fit.
+
+The E-step's upward and top-down passes run in float32 by default (``E_STEP_DTYPE``): the flows
+are posterior probabilities, kept to about 1e-6 relative, and what is summed from them (edge
+counts, the leaves' statistics over the float64 data) is summed in float64. On plants (the
+chosen Chow-Liu model of docs/circuits.md, 17,911 nodes) five passes scored the same validation
+and test log-likelihoods to 1e-5 as float64 passes, at 1.7-2x the speed.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.leaves import ALPHA, leaf_type, std_floors
@@ -22,23 +29,25 @@ from fedpgm.errors import FedpgmError
 
 SMOOTH = 1e-6
 MAX_CELLS = 20_000_000  # node values per chunk of rows
+E_STEP_DTYPE = torch.float32
 
 
 def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) -> tuple[dict, float]:
-    """{("edge", layer) or ("leaf", node): statistics} summed over rows, and the total LL."""
+    """{("edge", layer) or ("leaf", node): statistics} summed over rows (float64), and the total LL."""
     stats: dict = {}
     total = 0.0
     step = max(1, MAX_CELLS // max(cc.n_nodes + sum(len(l.child) for l in cc.layers), 1))
     for lo in range(0, len(X), step):
-        x = cc.tensor(X[lo: lo + step])
-        values = cc.forward(x)
+        rows = X[lo: lo + step]
+        values = cc.forward(cc.tensor(rows))
         flow, edge_flows = cc.flows(values)
-        total += float(values[cc.root].sum())
-        part = {("edge", k): f.sum(1).cpu().numpy() for k, f in enumerate(edge_flows) if f is not None}
+        total += float(values[cc.root].double().sum())
+        part = {("edge", k): f.double().sum(1).cpu().numpy() for k, f in enumerate(edge_flows) if f is not None}
         for g in cc.groups:
             leaves = [circuit.nodes[node_id] for node_id in g.nodes]
             assert all(isinstance(leaf, Leaf) for leaf in leaves)  # (a leaf group holds leaves)
-            group = leaf_type(g.dist).group_stats(x[:, g.vars].cpu().numpy(), flow[g.start:g.end].cpu().numpy(),
+            group = leaf_type(g.dist).group_stats(rows[:, g.vars.cpu().numpy()],
+                                                  flow[g.start:g.end].double().cpu().numpy(),
                                                   [leaf.params for leaf in leaves])  # type: ignore[union-attr]
             part.update({("leaf", node_id): value for node_id, value in zip(g.nodes, group)})
         stats = part if not stats else {k: stats[k] + part[k] for k in stats}
@@ -87,7 +96,7 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
     step = 0
     for it in range(iterations):
         if batch_size is None:
-            cc = CompiledCircuit(circuit)
+            cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)
             stats, total = expected_statistics(circuit, cc, X)
             m_step(circuit, cc, stats, floors, alpha)
         else:
@@ -95,7 +104,7 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
             order = rng.permutation(len(X))
             for lo in range(0, len(X), batch_size):
                 rows = order[lo: lo + batch_size]
-                cc = CompiledCircuit(circuit)
+                cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)
                 stats, ll = expected_statistics(circuit, cc, X[rows])
                 total += ll
                 scale, eta = len(X) / len(rows), (step + 2) ** (-decay)

@@ -145,6 +145,8 @@ def moments(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def observed(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Of ``x`` (rows, L) and ``w`` (L, rows): values (L, rows) and weights (L, rows), both 0 where unobserved."""
     seen = ~np.isnan(x.T)
+    if seen.all():  # (the common case: no pass over the values and weights)
+        return x.T, w
     return np.where(seen, x.T, 0.0), np.where(seen, w, 0.0)
 
 
