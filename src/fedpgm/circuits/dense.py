@@ -273,10 +273,13 @@ class DenseCircuit(nn.Module):
                 r, m = lay.mix.shape
                 candidates = parts.index_select(0, lay.mix.reshape(-1)).view(r, m, b, k)
                 candidates = candidates + torch.log(mix_w[lay.r0:lay.r1, :, :m]).transpose(1, 2)[:, :, None, :]
-                total = torch.logsumexp(candidates, 1)
-                values[lay.r0:lay.r1] = total
-                if keep:  # (R, M, B, K) each partition's share: the softmax, from the sum just taken
-                    resp = candidates.sub_(total[:, None]).exp_()
+                top = candidates.amax(1)  # (R, B, K): log-sum-exp over the partitions, shifted by the max
+                top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+                shares = candidates.sub_(top[:, None]).exp_()  # (R, M, B, K), in place: one exp pass
+                mass = shares.sum(1)
+                values[lay.r0:lay.r1] = torch.log(mass).add_(top)
+                if keep:  # each partition's share of its region's value: the softmax, from the same exps
+                    resp = shares.div_(mass[:, None])
             if keep:
                 saved.append((outer, prod, resp))
         return values, parts, saved
