@@ -162,9 +162,9 @@ class DensePC(CheckedParams):
         if isinstance(inputs, CategoricalInput):
             levels = inputs.levels
             counts = np.stack([np.bincount(np.clip(col[~np.isnan(col)], 0, levels - 1).astype(np.int64),
-                                           minlength=levels) for col in data.T[var]]).astype(np.float64)
-            freq = counts / np.maximum(counts.sum(1, keepdims=True), 1.0)  # (E, C)
-            logits = np.log(0.2 * freq + 0.8 / levels)
+                                           minlength=levels) for col in data.T]).astype(np.float64)
+            freq = counts / np.maximum(counts.sum(1, keepdims=True), 1.0)  # (columns, C)
+            logits = np.log(0.2 * freq[var] + 0.8 / levels)  # (E, C)
             inputs.logits.data.copy_(torch.as_tensor(logits, dtype=torch.float32)[:, None, :].expand_as(inputs.logits))
         if not isinstance(inputs, GaussianInput):
             return
