@@ -164,9 +164,12 @@ class CompiledCircuit:
         for i, n in enumerate(nodes):
             height[i] = 1 + max(height[c] for c in n.children) if not isinstance(n, Leaf) else 0
         self.layers: list[Layer] = []
+        by_layer: dict[tuple[int, str], list[int]] = {}  # (height, kind) -> node ids, in id order
+        for i, n in inner.items():
+            by_layer.setdefault((height[i], "sum" if isinstance(n, Sum) else "product"), []).append(i)
         for h in range(1, max(height.values()) + 1):
             for kind in ("product", "sum"):
-                ids = [i for i, n in inner.items() if height[i] == h and isinstance(n, Sum) == (kind == "sum")]
+                ids = by_layer.get((h, kind), [])
                 if not ids:
                     continue
                 start = len(pos)

@@ -24,7 +24,7 @@ import torch
 from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.leaves import ALPHA, leaf_type, std_floors
 from fedpgm.circuits.queries import log_likelihood
-from fedpgm.circuits.structure import Circuit, Leaf, Sum
+from fedpgm.circuits.structure import Circuit, Sum
 from fedpgm.errors import FedpgmError
 
 SMOOTH = 1e-6
@@ -33,8 +33,12 @@ E_STEP_DTYPE = torch.float32
 
 
 def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) -> tuple[dict, float]:
-    """{("edge", layer) or ("leaf", node): statistics} summed over rows (float64), and the total LL."""
-    stats: dict = {}
+    """{("edge", layer) or ("leaf", node): statistics} summed over rows (float64), and the total LL.
+    Chunks of rows are summed as one array per sum layer and per leaf group, split per leaf once."""
+    edges: dict[int, np.ndarray] = {}
+    groups: list[np.ndarray | None] = [None] * len(cc.groups)
+    params = [[circuit.nodes[node_id].params for node_id in g.nodes] for g in cc.groups]  # type: ignore[union-attr]
+    columns = [g.vars.cpu().numpy() for g in cc.groups]
     total = 0.0
     step = max(1, MAX_CELLS // max(cc.n_nodes + sum(len(l.child) for l in cc.layers), 1))
     for lo in range(0, len(X), step):
@@ -42,16 +46,17 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) ->
         values = cc.forward(cc.tensor(rows))
         flow, edge_flows = cc.flows(values)
         total += float(values[cc.root].sum(dtype=torch.float64))
-        part = {("edge", k): f.sum(1, dtype=torch.float64).cpu().numpy()
-                for k, f in enumerate(edge_flows) if f is not None}
-        for g in cc.groups:
-            leaves = [circuit.nodes[node_id] for node_id in g.nodes]
-            assert all(isinstance(leaf, Leaf) for leaf in leaves)  # (a leaf group holds leaves)
-            group = leaf_type(g.dist).group_stats(rows[:, g.vars.cpu().numpy()],
-                                                  flow[g.start:g.end].double().cpu().numpy(),
-                                                  [leaf.params for leaf in leaves])  # type: ignore[union-attr]
-            part.update({("leaf", node_id): value for node_id, value in zip(g.nodes, group)})
-        stats = part if not stats else {k: stats[k] + part[k] for k in stats}
+        for k, f in enumerate(edge_flows):
+            if f is not None:
+                counts = f.sum(1, dtype=torch.float64).cpu().numpy()
+                edges[k] = edges[k] + counts if k in edges else counts
+        for i, g in enumerate(cc.groups):
+            part = leaf_type(g.dist).group_stats(rows[:, columns[i]], flow[g.start:g.end].double().cpu().numpy(),
+                                                 params[i])
+            groups[i] = part if groups[i] is None else groups[i] + part
+    stats: dict = {("edge", k): v for k, v in edges.items()}
+    for g, summed in zip(cc.groups, groups):
+        stats.update({("leaf", node_id): row for node_id, row in zip(g.nodes, summed)})
     return stats, total
 
 

@@ -58,18 +58,25 @@ class LeafType(ABC):
         ...
 
     @classmethod
-    def group_stats(cls, x: np.ndarray, w: np.ndarray, params: list[dict]) -> list[np.ndarray]:
+    def group_stats(cls, x: np.ndarray, w: np.ndarray, params: list[dict]) -> np.ndarray:
         """``stats`` of L leaves at once: values ``x`` (rows, L) with NaN where unobserved (no
-        weight), weights ``w`` (L, rows); one array per leaf. Types whose statistics are sums of
-        per-row terms override this with one vectorised pass (EM's E-step calls it per chunk)."""
+        weight), weights ``w`` (L, rows) -> (L, S), a row per leaf, zero-padded where the leaves'
+        statistics differ in length (``from_stats`` reads its own length from ``params``). One
+        array, so EM's E-step sums chunks without a Python step per leaf. Types whose statistics
+        are sums of per-row terms override this with one vectorised pass."""
         seen = ~np.isnan(x)
-        return [cls.stats(x[seen[:, j], j], w[j, seen[:, j]], p) for j, p in enumerate(params)]
+        rows = [cls.stats(x[seen[:, j], j], w[j, seen[:, j]], p) for j, p in enumerate(params)]
+        out = np.zeros((len(rows), max((len(r) for r in rows), default=0)))
+        for j, r in enumerate(rows):
+            out[j, :len(r)] = r
+        return out
 
     @staticmethod
     @abstractmethod
     def from_stats(stats: np.ndarray, params: dict, min_std: float = MIN_STD,
                    alpha: float = ALPHA) -> dict[str, np.ndarray]:
-        """New parameters from (accumulated) sufficient statistics."""
+        """New parameters from (accumulated) sufficient statistics (a row of ``group_stats``:
+        entries past the leaf's own statistics are padding)."""
         ...
 
     @staticmethod
@@ -177,7 +184,7 @@ class Gaussian(LeafType):
     @classmethod
     def group_stats(cls, x, w, params):
         v, w = observed(x, w)
-        return list(np.stack([w.sum(1), (w * v).sum(1), (w * v * v).sum(1)], axis=1))
+        return np.stack([w.sum(1), (w * v).sum(1), (w * v * v).sum(1)], axis=1)
 
     @staticmethod
     def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):
@@ -223,7 +230,7 @@ class Bernoulli(LeafType):
     @classmethod
     def group_stats(cls, x, w, params):
         v, w = observed(x, w)
-        return list(np.stack([w.sum(1), (w * (v == 1)).sum(1)], axis=1))
+        return np.stack([w.sum(1), (w * (v == 1)).sum(1)], axis=1)
 
     @staticmethod
     def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):
@@ -269,11 +276,11 @@ class Categorical(LeafType):
     @classmethod
     def group_stats(cls, x, w, params):
         v, w = observed(x, w)
-        counts = np.stack([(w * (v == s)).sum(1) for s in range(max(len(p["probs"]) for p in params))], axis=1)
-        return [counts[j, : len(p["probs"])] for j, p in enumerate(params)]
+        return np.stack([(w * (v == s)).sum(1) for s in range(max(len(p["probs"]) for p in params))], axis=1)
 
     @staticmethod
     def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):
+        stats = stats[:len(params["probs"])] if "probs" in params else stats
         return {"probs": (stats + alpha) / (stats.sum() + alpha * len(stats))}
 
     @staticmethod
@@ -368,8 +375,9 @@ class Histogram(LeafType):
 
     @staticmethod
     def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):
-        counts = stats[:-3]
-        mean, std = mean_std_from(stats[-3:], min_std)
+        b = len(params["probs"])
+        counts = stats[:b]
+        mean, std = mean_std_from(stats[b:b + 3], min_std)
         return {"edges": params["edges"], "probs": (counts + alpha) / (counts.sum() + alpha * len(counts)),
                 "mean": np.array(mean), "std": np.array(std), "eps": params["eps"]}
 
