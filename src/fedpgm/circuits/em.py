@@ -56,7 +56,8 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) ->
             groups[i] = part if groups[i] is None else groups[i] + part
     stats: dict = {("edge", k): v for k, v in edges.items()}
     for g, summed in zip(cc.groups, groups):
-        stats.update({("leaf", node_id): row for node_id, row in zip(g.nodes, summed)})
+        if summed is not None:  # (None: no rows)
+            stats.update({("leaf", node_id): row for node_id, row in zip(g.nodes, summed)})
     return stats, total
 
 
