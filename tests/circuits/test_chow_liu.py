@@ -66,6 +66,25 @@ def test_the_circuit_is_the_tree_bn_by_enumeration_and_marginalises_exactly():
         assert value == pytest.approx(np.log(np.exp(expected[match]).sum()), abs=1e-10)
 
 
+def test_weak_edges_are_left_out_and_the_forest_is_exact():
+    """x4 drawn independently of the rest: BIC leaves its edge out, so the forest has two trees
+    (x0's and x4 alone); with no penalty the spanning tree joins them. The forest's circuit is
+    the product of its trees' distributions, by enumeration."""
+    X = sample_tree(2000, seed=4)
+    X[:, 4] = np.random.default_rng(5).integers(0, 2, len(X))
+    parent, cpts = chow_liu(X, CARDS)
+    assert list(parent < 0) == [True, False, False, False, True]
+    assert (chow_liu(X, CARDS, penalty=0.0)[0] < 0).sum() == 1
+    c = Circuit(SCHEMA)
+    roots = add_tree(c, list(range(len(CARDS))), parent, cpts)
+    assert len(roots) == 2
+    c.product(roots)
+    c.validate()
+    configs = np.array(list(itertools.product(*[range(k) for k in CARDS])), dtype=float)
+    expected = np.array([brute_force_log_prob(x, parent, cpts) for x in configs])
+    np.testing.assert_allclose(log_likelihood(CompiledCircuit(c), configs), expected, atol=1e-10)
+
+
 def test_unsmoothed_log_likelihood_is_the_chow_liu_closed_form():
     """Mean training log-likelihood = -sum_v H(X_v) + sum over tree edges of I(X_v; X_parent)."""
     X = sample_tree(3000, seed=2)

@@ -30,8 +30,8 @@ def test_the_starting_rule():
     assert default_settings(1600, 180) == {"min_instances_slice": 40, "threshold": 0.3, **smoothing}  # dna: few
     assert default_settings(50, 3) == {"min_instances_slice": 10, "threshold": 0.3, **smoothing}  # rows per column
     assert len(candidates(16181, 16)) == 12 and {c["leaf_model"] for c in candidates(16181, 16)} == {"univariate"}
-    both = candidates(16181, 16, discrete=16)  # discrete data: every point with both leaf models
-    assert len(both) == 24 and {c["leaf_model"] for c in both} == {"univariate", "chow-liu"}
+    both = candidates(16181, 16, discrete=16)  # discrete data: Chow-Liu forests besides, at 1-8x the slice minimum
+    assert len(both) == 28 and {c["leaf_model"] for c in both} == {"univariate", "chow-liu"}  # 12 + 16 forests
 
 
 def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validation_rises(mixed):

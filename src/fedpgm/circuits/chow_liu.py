@@ -6,6 +6,14 @@ pseudo-count ``alpha`` per cell. Its log-likelihood on the training rows is the 
 tree-shaped Bayesian network (without smoothing: sum of -H(X_v) plus the tree's mutual
 informations).
 
+An edge is kept only where it pays for its parameters under BIC: ``n * I(X_u; X_v) > penalty *
+log(n) / 2 * (r_u - 1)(r_v - 1)`` for n rows and r states; the maximum spanning tree of the kept
+edges is then a *forest* (Chow-Liu forests; the maximum-BIC forest, as Edwards et al. 2010 select
+it), each tree rooted at its first variable and the trees multiplied. On a slice of a few dozen
+rows the weak pairs' counts are noise, and a full tree overfits them: on nltcs (LearnSPN, slice
+minimum 127, threshold 0.05, pseudo-count 2) validation -5.990 with the full tree, -5.976 with
+the forest. ``penalty=0`` keeps every edge with positive mutual information: the spanning tree.
+
 ID-SPN (Rooshenas and Lowd 2014) and LearnSPN variants stop splitting early and model a slice's
 variables by such a tree instead of a product of independent leaves
 (``LearnSPN(leaf_model="chow-liu")``). Here the tree becomes ordinary circuit nodes, so it is
@@ -20,10 +28,12 @@ value marginalises them to 1). Size: about (states + parent states) nodes per va
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse.csgraph import breadth_first_order, minimum_spanning_tree
+from scipy.sparse.csgraph import breadth_first_order, connected_components, minimum_spanning_tree
 
 from fedpgm.circuits.leaves import ALPHA, default_leaf
 from fedpgm.circuits.structure import Circuit
+
+BIC_PENALTY = 1.0  # weight of an edge's BIC penalty (0: a spanning tree)
 
 
 def pair_counts(X: np.ndarray, cards: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -56,20 +66,27 @@ def mutual_information(counts: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return np.maximum(mi, 0.0)
 
 
-def chow_liu(X: np.ndarray, cards: list[int], alpha: float = ALPHA) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(parent of each variable (V,), -1 at the root (variable 0); CPTs: ``cpts[v]`` is
-    (parent states, states of v), for the root (1, states)) of the Chow-Liu tree of X (rows, V)
-    with discrete codes 0..cards[v]-1 (NaN = missing)."""
+def chow_liu(X: np.ndarray, cards: list[int], alpha: float = ALPHA,
+             penalty: float = BIC_PENALTY) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(parent of each variable (V,), -1 at each tree's root (its first variable); CPTs:
+    ``cpts[v]`` is (parent states, states of v), for a root (1, states)) of the Chow-Liu forest of
+    X (rows, V) with discrete codes 0..cards[v]-1 (NaN = missing): edges whose mutual information
+    does not pay ``penalty`` times their BIC penalty are left out (module doc)."""
     counts, offsets = pair_counts(X, cards)
     V = len(cards)
     parent = np.full(V, -1)
     if V > 1:
         mi = mutual_information(counts, offsets)
-        weight = mi.max() + 1.0 - mi  # a minimum spanning tree of these is a maximum one of MI (all > 0)
+        free = np.subtract.outer(np.asarray(cards), 1) * (np.asarray(cards) - 1)  # (V, V) free parameters
+        keep = (mi > 0) & (len(X) * mi > penalty * 0.5 * np.log(max(len(X), 1)) * free)
+        # a minimum spanning tree of these weights is a maximum one of MI (all kept > 0; 0 = no edge)
+        weight = np.where(keep, mi.max() + 1.0 - mi, 0.0)
         np.fill_diagonal(weight, 0.0)
-        tree = minimum_spanning_tree(weight)
-        order, predecessors = breadth_first_order(tree, 0, directed=False)
-        parent[order[1:]] = predecessors[order[1:]]
+        forest = minimum_spanning_tree(weight)
+        _, component = connected_components(forest, directed=False)
+        for first in np.unique(component, return_index=True)[1]:
+            order, predecessors = breadth_first_order(forest, int(first), directed=False)
+            parent[order[1:]] = predecessors[order[1:]]
     cpts = []
     for v in range(V):
         block = slice(offsets[v], offsets[v + 1])
@@ -81,9 +98,10 @@ def chow_liu(X: np.ndarray, cards: list[int], alpha: float = ALPHA) -> tuple[np.
     return parent, cpts
 
 
-def add_tree(c: Circuit, variables: list[int], parent: np.ndarray, cpts: list[np.ndarray]) -> int:
-    """Add the tree over ``variables`` (``parent``/``cpts`` index into this list, as ``chow_liu``
-    returns them) to ``c`` as sums, products and leaves; returns the root node's id."""
+def add_tree(c: Circuit, variables: list[int], parent: np.ndarray, cpts: list[np.ndarray]) -> list[int]:
+    """Add the forest over ``variables`` (``parent``/``cpts`` index into this list, as ``chow_liu``
+    returns them) to ``c`` as sums, products and leaves; returns each tree's root node id (their
+    product is the forest's distribution)."""
     schema = c.schema
     children: list[list[int]] = [[] for _ in variables]
     for v, p in enumerate(parent):
@@ -107,13 +125,12 @@ def add_tree(c: Circuit, variables: list[int], parent: np.ndarray, cpts: list[np
         products = [c.product([indicator(v, x)] + [given[ch][x] for ch in children[v]])
                     for x in range(table.shape[1])]
         given[v] = [c.sum(products, row) for row in table]
-    (root,) = given[int(np.flatnonzero(parent < 0)[0])]
-    return root
+    return [given[int(r)][0] for r in np.flatnonzero(parent < 0)]
 
 
 def breadth_first(parent: np.ndarray) -> list[int]:
-    """The tree's variables, every parent before its children."""
-    order = [int(np.flatnonzero(parent < 0)[0])]
+    """The forest's variables, every parent before its children."""
+    order = [int(r) for r in np.flatnonzero(parent < 0)]
     for v in order:
         order += [int(u) for u in np.flatnonzero(parent == v)]
     return order

@@ -10,8 +10,8 @@ the slice mean for RDC and clustering. ``leaf="histogram"`` gives the Mixed-SPN 
 (piecewise-constant continuous leaves).
 
 ``leaf_model="chow-liu"``: a slice that stops splitting models its discrete variables by a
-Chow-Liu tree (``fedpgm.circuits.chow_liu``, as ID-SPN does) instead of independent leaves; its
-continuous variables keep univariate leaves.
+Chow-Liu forest (``fedpgm.circuits.chow_liu``; trees, as ID-SPN's leaves are networks) instead of
+independent leaves; its continuous variables keep univariate leaves.
 
 ``by_label=True`` (with a labelled schema) makes the root a sum over the label's values, each
 child the product of the label's leaf and a circuit learned on that class's rows: a generative
@@ -68,7 +68,7 @@ class LearnSPNBuilder:
                                                           self.alpha))
 
     def naive(self, rows: np.ndarray, scope: list[int]) -> int:
-        """The slice's end: independent leaves, or (``leaf_model="chow-liu"``) a Chow-Liu tree over
+        """The slice's end: independent leaves, or (``leaf_model="chow-liu"``) a Chow-Liu forest over
         its discrete variables times leaves of the continuous ones."""
         discrete = [v for v in scope if self.cards[v] > 0]
         tree = self.leaf_model == "chow-liu" and len(discrete) > 1
@@ -77,7 +77,7 @@ class LearnSPNBuilder:
         if tree:
             parent, cpts = chow_liu(self.X[np.ix_(rows, np.asarray(discrete))], [self.cards[v] for v in discrete],
                                     self.alpha)
-            parts.append(add_tree(self.c, discrete, parent, cpts))
+            parts += add_tree(self.c, discrete, parent, cpts)
         return parts[0] if len(parts) == 1 else self.c.product(parts)
 
     def slice(self, rows: np.ndarray, scope: list[int]) -> np.ndarray:

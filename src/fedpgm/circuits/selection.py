@@ -14,7 +14,7 @@ sets this gives (126, 0.1) nltcs, (132, 0.1) plants, (122, 0.1) baudio, (95, 0.1
 1. *Structure*, by successive halving (Jamieson and Talwalkar 2016): every candidate of a grid
    (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, thresholds 0.05, 0.1, 0.2, 0.3, and
    with two or more discrete variables also Chow-Liu-tree leaves, ``fedpgm.circuits.chow_liu``,
-   at 2, 4 and 8 times the rule's slice minimum) is learned on a quarter of the training rows
+   at 1, 2, 4 and 8 times the rule's slice minimum) is learned on a quarter of the training rows
    (its slice minimum scaled with them); the best third goes on to half the rows, the best two
    to all of them. A hopeless candidate is thus stopped after its cheapest fit. This stage may
    use ``SEARCH_SHARE`` of the budget.
@@ -55,7 +55,7 @@ from fedpgm.errors import FedpgmError
 SELECTIONS = ("validation",)  # what settings are chosen on (the CLI's --select)
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3)
 MIN_SCALES = (0.5, 1.0, 2.0)
-TREE_MIN_SCALES = (2.0, 4.0, 8.0)  # Chow-Liu leaves pay off on larger slices (fewer, better-estimated trees)
+TREE_MIN_SCALES = (1.0, 2.0, 4.0, 8.0)  # Chow-Liu forests: BIC prunes small slices' trees, larger ones keep more edges
 RUNGS = (0.25, 0.5, 1.0)  # fraction of the training rows per rung
 KEEP_AFTER_FIRST = 1 / 3  # share of candidates kept after rung 0; after rung 1, two
 SEARCH_SHARE = 0.6  # share of the budget the structure search may use (stages 2 and 3 get the rest)
