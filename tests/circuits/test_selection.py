@@ -41,6 +41,11 @@ def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validati
     n = len(train)
     grid = candidates(n, len(ds.schema), sum(f.discrete for f in ds.schema.features))
     assert rows.count(round(RUNGS[0] * n)) == len(grid)  # every candidate, cheaply
+    first = [t for t in report["tried"] if t["rows"] == round(RUNGS[0] * n)]
+    assert {t["leaf_model"] for t in first} == {"univariate", "chow-liu"}
+    for t in first:  # a univariate structure shrinks with the rows; a forest's slices keep theirs
+        scale = RUNGS[0] if t["leaf_model"] == "univariate" else 1.0
+        assert t["fitted_min"] == max(2, round(t["min_instances_slice"] * scale))
     assert rows.count(round(RUNGS[1] * n)) == round(len(grid) / 3)
     full = [t for t in report["tried"] if t["rows"] == n]
     em_passes = [t for t in full if "em_iterations" in t]

@@ -13,11 +13,14 @@ sets this gives (126, 0.1) nltcs, (132, 0.1) plants, (122, 0.1) baudio, (95, 0.1
 
 1. *Structure*, by successive halving (Jamieson and Talwalkar 2016): every candidate of a grid
    (``min_instances_slice`` at 1/2, 1 and 2 times the rule's, thresholds 0.05, 0.1, 0.2, 0.3, and
-   with two or more discrete variables also Chow-Liu-tree leaves, ``fedpgm.circuits.chow_liu``,
+   with two or more discrete variables also Chow-Liu forests, ``fedpgm.circuits.chow_liu``,
    at 1, 2, 4 and 8 times the rule's slice minimum) is learned on a quarter of the training rows
-   (its slice minimum scaled with them); the best third goes on to half the rows, the best two
-   to all of them. A hopeless candidate is thus stopped after its cheapest fit. This stage may
-   use ``SEARCH_SHARE`` of the budget.
+   (a univariate candidate's slice minimum scaled with them, so its structure keeps its shape; a
+   forest's not, since its pairwise counts need the slice's rows: on plants, scaled forests of
+   33 rows scored -14.5 on the first rung and lost to larger ones that the full rows rank below
+   them); the best third goes on to half the rows, the best two to all of them. A hopeless
+   candidate is thus stopped after its cheapest fit. This stage may use ``SEARCH_SHARE`` of the
+   budget.
 2. *Smoothing and splits*, one setting at a time from the winner on all rows: the pseudo-count
    ``alpha`` at each of ``ALPHAS``, then ``row_clusters`` at each of ``CLUSTERS``; a value is kept
    where it scores higher, and while the largest value keeps winning the search goes on past
@@ -106,13 +109,15 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
     tried: list[dict] = []
 
     def fit(settings: dict, rows: np.ndarray) -> tuple[float, dict, LearnSPN]:
-        """One fit on ``train``'s ``rows`` (its slice minimum scaled with them), recorded in ``tried``."""
-        scaled = {**settings, "min_instances_slice": max(2, round(settings["min_instances_slice"] * len(rows)
-                                                                 / len(train)))}
+        """One fit on ``train``'s ``rows`` (a univariate candidate's slice minimum scaled with them:
+        module doc), recorded in ``tried`` with the slice minimum it used (``fitted_min``)."""
+        share = 1.0 if settings["leaf_model"] == "chow-liu" else len(rows) / len(train)
+        scaled = {**settings, "min_instances_slice": max(2, round(settings["min_instances_slice"] * share))}
         t0 = time.perf_counter()
         model = LearnSPN(**scaled, seed=seed, **learner).fit(train.iloc[rows], schema, floors=floors)
         score = model.score(valid)
-        tried.append({**settings, "rows": len(rows), "seconds": time.perf_counter() - t0, "valid_loglik": score})
+        tried.append({**settings, "rows": len(rows), "fitted_min": scaled["min_instances_slice"],
+                      "seconds": time.perf_counter() - t0, "valid_loglik": score})
         return score, settings, model
 
     def affordable(settings: dict, rows: int, share: float = 1.0) -> bool:
