@@ -85,6 +85,19 @@ def test_weak_edges_are_left_out_and_the_forest_is_exact():
     np.testing.assert_allclose(log_likelihood(CompiledCircuit(c), configs), expected, atol=1e-10)
 
 
+def test_an_edge_pays_for_its_parameters_by_both_variables_states():
+    """A binary and a 4-state column, weakly dependent: the edge is kept just below the penalty at
+    which n * I = log(n) / 2 * (2 - 1)(4 - 1) and left out just above it."""
+    rng = np.random.default_rng(6)
+    a = rng.integers(0, 2, 3000)
+    b = np.where(rng.random(3000) < 0.05, a, rng.integers(0, 4, 3000))
+    X, cards = np.stack([a, b], axis=1).astype(float), [2, 4]
+    counts, offsets = pair_counts(X, cards)
+    at = len(X) * mutual_information(counts, offsets)[0, 1] / (0.5 * np.log(len(X)) * 3)
+    assert (chow_liu(X, cards, penalty=0.99 * at)[0] < 0).sum() == 1  # one tree
+    assert (chow_liu(X, cards, penalty=1.01 * at)[0] < 0).sum() == 2  # two roots
+
+
 def test_unsmoothed_log_likelihood_is_the_chow_liu_closed_form():
     """Mean training log-likelihood = -sum_v H(X_v) + sum over tree edges of I(X_v; X_parent)."""
     X = sample_tree(3000, seed=2)

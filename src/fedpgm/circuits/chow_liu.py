@@ -77,7 +77,7 @@ def chow_liu(X: np.ndarray, cards: list[int], alpha: float = ALPHA,
     parent = np.full(V, -1)
     if V > 1:
         mi = mutual_information(counts, offsets)
-        free = np.subtract.outer(np.asarray(cards), 1) * (np.asarray(cards) - 1)  # (V, V) free parameters
+        free = np.outer(np.asarray(cards) - 1, np.asarray(cards) - 1)  # (V, V) an edge's free parameters
         keep = (mi > 0) & (len(X) * mi > penalty * 0.5 * np.log(max(len(X), 1)) * free)
         # a minimum spanning tree of these weights is a maximum one of MI (all kept > 0; 0 = no edge)
         weight = np.where(keep, mi.max() + 1.0 - mi, 0.0)

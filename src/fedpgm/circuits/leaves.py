@@ -266,7 +266,8 @@ class Categorical(LeafType):
 
     @staticmethod
     def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA):
-        return Categorical.from_stats(Categorical.stats(x, w, {"probs": np.zeros(cardinality)}), {}, alpha=alpha)
+        shape = {"probs": np.zeros(cardinality)}
+        return Categorical.from_stats(Categorical.stats(x, w, shape), shape, alpha=alpha)
 
     @staticmethod
     def stats(x, w, params):
@@ -280,7 +281,7 @@ class Categorical(LeafType):
 
     @staticmethod
     def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):
-        stats = stats[:len(params["probs"])] if "probs" in params else stats
+        stats = stats[:len(params["probs"])]
         return {"probs": (stats + alpha) / (stats.sum() + alpha * len(stats))}
 
     @staticmethod
