@@ -4,7 +4,7 @@ variable) to rounding, and finds dependence where there is some."""
 import numpy as np
 from scipy.stats import rankdata
 
-from fedpgm.circuits.rdc import average_ranks, rdc_matrix, variable_features
+from fedpgm.circuits.rdc import RandomFeatures, average_ranks, rdc_matrix
 
 
 def reference_features(data, cards, k=10, s=1 / 6, seed=0):
@@ -35,7 +35,7 @@ def test_batched_features_equal_the_definition_and_dependence_is_found():
                             rng.integers(0, 4, n), (a > 0).astype(float), rng.integers(0, 2, n)])
     data[5, 0] = data[7, 3] = np.nan
     cards = [0, 0, 0, 4, 2, 2]
-    ours = variable_features(data, cards, seed=5).permute(2, 0, 1).numpy()  # (d, 2k, n) -> (n, d, 2k)
+    ours = RandomFeatures(data, cards, seed=5).block(range(6)).permute(2, 0, 1).numpy()  # (d, 2k, n) -> (n, d, 2k)
     np.testing.assert_allclose(ours, reference_features(data, cards, seed=5), rtol=0, atol=1e-14)
     rdc = rdc_matrix(data, cards, seed=5)
     assert rdc[0, 1] > 0.5 and rdc[0, 4] > 0.5  # a nonlinear and a thresholded dependence

@@ -10,6 +10,8 @@ Passes:
 
 - ``forward(x, mode)`` -> (nodes, rows): ``"sum"`` gives log-likelihoods (NaN inputs marginalised exactly);
   ``"max"`` gives max-product values (NaN inputs maximised).
+- ``fused_root(x, mode)`` -> (rows,): the root's values alone, the linear part by one matmul into
+  a compact table of the few nodes left (``fusion``); what likelihood queries use.
 - ``flows(values)``: top-down posterior probability that each node/edge is used for each row
   (the expected counts of EM).
 - ``select(values, how)``: one child per sum per row, top-down (``"max"`` for MPE,
@@ -19,7 +21,7 @@ Passes:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -53,7 +55,6 @@ class Layer:
     child: torch.Tensor  # (E,) compiled position of each edge's child
     parent: torch.Tensor  # (E,) parent's index within the layer (0..end-start-1)
     log_w: torch.Tensor | None = None  # (E,) sums only
-    pos: torch.Tensor | None = None  # positions to write when the nodes are not contiguous
 
     @property
     def log_weights(self) -> torch.Tensor:
@@ -80,41 +81,23 @@ class Layer:
         self.slot_w[parent, slot] = log_w
         self.slot_w = self.slot_w[:, :, None]
 
-    def write(self, values: torch.Tensor, out: torch.Tensor) -> None:
-        if self.pos is None:
-            values[self.start:self.end] = out
-        else:
-            values.index_copy_(0, self.pos, out)
-
-    def subset(self, keep: list[int], cc) -> "Layer | None":
-        """The same layer restricted to the nodes ``keep`` (symbolic ids), or None."""
-        if len(keep) == len(self.nodes):
-            return self
-        if not keep:
-            return None
-        local = {i: k for k, i in enumerate(self.nodes)}
-        edges = torch.cat([torch.nonzero(self.parent == local[i]).reshape(-1) for i in keep])
-        remap = torch.full((len(self.nodes),), -1, dtype=torch.long, device=self.parent.device)
-        remap[torch.tensor([local[i] for i in keep], device=remap.device)] = torch.arange(
-            len(keep), device=remap.device)
-        return Layer(self.kind, 0, len(keep), keep, self.child[edges], remap[self.parent[edges]],
-                     None if self.log_w is None else self.log_w[edges],
-                     cc.tensor([cc.position[i] for i in keep], torch.long))
-
 
 FOLD_MIN = 4096  # fold only when each slot's pass covers at least this many values
 
 
-def log_sum_exp(scores: torch.Tensor) -> torch.Tensor:
-    """(n, K, rows) -> (n, rows): log-sum-exp over K by a fold of ``torch.logaddexp``, one fused
-    elementwise pass per slot; ``torch.logsumexp`` over a middle dimension makes several passes over
-    the whole (n, K, rows) tensor and measured 1.2-3.5x slower here, except when n x rows is so
-    small that K Python-level calls cost more (a root over 2,048 children: 25x faster)."""
+def log_sum_exp(scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """(n, K, rows) -> ``out`` (n, rows): log-sum-exp over K by a fold of ``torch.logaddexp``, one
+    fused elementwise pass per slot; ``torch.logsumexp`` over a middle dimension makes several
+    passes over the whole (n, K, rows) tensor and measured 1.2-3.5x slower here, except when
+    n x rows is so small that K Python-level calls cost more (a root over 2,048 children: 25x
+    faster)."""
+    if scores.shape[1] == 1:
+        return out.copy_(scores[:, 0])
     if scores.shape[0] * scores.shape[2] < FOLD_MIN:
-        return torch.logsumexp(scores, 1)
-    out = scores[:, 0]
-    for k in range(1, scores.shape[1]):
-        out = torch.logaddexp(out, scores[:, k], out=out if k > 1 else None)
+        return torch.logsumexp(scores, 1, out=out)
+    torch.logaddexp(scores[:, 0], scores[:, 1], out=out)
+    for k in range(2, scores.shape[1]):
+        torch.logaddexp(out, scores[:, k], out=out)
     return out
 
 
@@ -123,6 +106,18 @@ def segment_max(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Ten
     out = torch.full((n, scores.shape[1]), -math.inf, dtype=scores.dtype, device=scores.device)
     index = parent[:, None].expand_as(scores)
     return out.scatter_reduce_(0, index, scores, "amax", include_self=True)
+
+
+@dataclass
+class Fusion:
+    """What a fused pass evaluates (``CompiledCircuit.fusion``): the linear part as one matmul, then
+    the other leaf groups and the layers' remaining nodes, in a compact table of ``n_values``
+    rows (frontier | other leaves | remaining layers) whose row ``root`` is the root."""
+    linear: LinearFrontier
+    groups: list[LeafGroup]
+    layers: list[Layer]
+    n_values: int
+    root: int
 
 
 def segment_argmax(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Tensor:
@@ -172,30 +167,45 @@ class CompiledCircuit:
                 ids = by_layer.get((h, kind), [])
                 if not ids:
                     continue
-                start = len(pos)
-                pos.update({i: start + k for k, i in enumerate(ids)})
-                child = [pos[c] for i in ids for c in inner[i].children]
-                parent = [k for k, i in enumerate(ids) for _ in inner[i].children]
-                log_w = None
-                if kind == "sum":
-                    weights = [n.weights for i in ids if isinstance(n := inner[i], Sum)]
-                    with np.errstate(divide="ignore"):
-                        log_w = self.tensor(np.log(np.concatenate(weights)))
-                self.layers.append(Layer(kind, start, len(pos), ids, self.tensor(child, torch.long),
-                                         self.tensor(parent, torch.long), log_w))
+                self.layers.append(self.layer(kind, ids, pos))
         self.position = pos
         self.n_nodes = len(pos)
         self.root = pos[circuit.root]
-        self._fusion = None
+        self._fusion: Fusion | None = None
 
-    def fusion(self):
-        """The fused linear part and the layers left to evaluate after it (built once)."""
+    def layer(self, kind: str, ids: list[int], pos: dict[int, int]) -> Layer:
+        """The layer of nodes ``ids`` (symbolic), placed next in ``pos`` (symbolic id -> row),
+        which already places their children."""
+        nodes = self.circuit.nodes
+        start = len(pos)
+        pos.update({i: start + k for k, i in enumerate(ids)})
+        children = [[] if isinstance(n := nodes[i], Leaf) else n.children for i in ids]
+        child = [pos[c] for kids in children for c in kids]
+        parent = [k for k, kids in enumerate(children) for _ in kids]
+        log_w = None
+        if kind == "sum":
+            weights = [n.weights for i in ids if isinstance(n := nodes[i], Sum)]
+            with np.errstate(divide="ignore"):
+                log_w = self.tensor(np.log(np.concatenate(weights)))
+        return Layer(kind, start, len(pos), ids, self.tensor(child, torch.long), self.tensor(parent, torch.long),
+                     log_w)
+
+    def fusion(self) -> Fusion:
+        """The fused pass's plan (built once): only the linear frontier, the non-linear leaves and
+        the nodes above them hold values, in a table of their own (a few dozen rows where the full
+        one has hundreds: it stays in cache and the matmul writes into it directly)."""
         if self._fusion is None:
-            fz = LinearFrontier(self)
-            layers = [layer.subset([i for i in layer.nodes if i not in fz.fused], self)
-                      for layer in self.layers]
-            groups = [g for g in self.groups if g.dist not in LINEAR]
-            self._fusion = (fz, [l for l in layers if l is not None], groups)
+            linear = LinearFrontier(self)
+            pos = {i: k for k, i in enumerate(linear.frontier)}
+            groups = []
+            for g in self.groups:
+                if g.dist not in LINEAR:
+                    start = len(pos)
+                    pos.update({i: start + k for k, i in enumerate(g.nodes)})
+                    groups.append(replace(g, start=start, end=len(pos)))
+            layers = [self.layer(layer.kind, ids, pos) for layer in self.layers
+                      if (ids := [i for i in layer.nodes if i not in linear.fused])]
+            self._fusion = Fusion(linear, groups, layers, len(pos), pos[self.circuit.root])
         return self._fusion
 
     def tensor(self, values, dtype=None) -> torch.Tensor:
@@ -219,36 +229,42 @@ class CompiledCircuit:
         return out
 
     @torch.no_grad()
-    def forward(self, x: torch.Tensor, mode: str = "sum", fused: bool = False,
-                complete: bool | None = None) -> torch.Tensor:
-        """x (rows, variables) with NaN for unobserved -> log-values (nodes, rows).
-
-        ``fused=True`` computes the linear part by one matmul (``fedpgm.circuits.fused``); then
-        only the root, sums and non-linear nodes hold values (enough for likelihoods).
-        ``complete``: the caller knows whether x has a NaN (None: the fused pass checks).
-        """
-        rows = x.shape[0]
-        values = torch.empty(self.n_nodes, rows, dtype=self.dtype, device=self.device)
-        groups, layers = self.groups, self.layers
-        if fused:
-            fz, layers, groups = self.fusion()
-            values.index_copy_(0, fz.positions, fz.values(x, self, mode, complete))
-        for g, lp in zip(groups, self.leaf_values(x, mode, groups)):
+    def forward(self, x: torch.Tensor, mode: str = "sum") -> torch.Tensor:
+        """x (rows, variables) with NaN for unobserved -> log-values of every node (nodes, rows)."""
+        values = torch.empty(self.n_nodes, x.shape[0], dtype=self.dtype, device=self.device)
+        for g, lp in zip(self.groups, self.leaf_values(x, mode)):
             values[g.start:g.end] = lp
+        return self.evaluate(values, self.layers, mode)
+
+    @torch.no_grad()
+    def fused_root(self, x: torch.Tensor, mode: str = "sum", complete: bool | None = None) -> torch.Tensor:
+        """(rows,) the root's log-value, the linear part by one matmul (``fedpgm.circuits.fused``;
+        enough for likelihoods). ``complete``: the caller knows whether x has a NaN (None: check)."""
+        plan = self.fusion()
+        values = torch.empty(plan.n_values, x.shape[0], dtype=self.dtype, device=self.device)
+        plan.linear.values(x, self, mode, complete, out=values[:len(plan.linear.frontier)])
+        for g, lp in zip(plan.groups, self.leaf_values(x, mode, plan.groups)):
+            values[g.start:g.end] = lp
+        return self.evaluate(values, plan.layers, mode)[plan.root]
+
+    def evaluate(self, values: torch.Tensor, layers: list[Layer], mode: str) -> torch.Tensor:
+        """Fill ``values`` (table rows, rows) layer by layer upward; its leaf rows are set."""
         for layer in layers:
-            n = layer.end - layer.start
+            out = values[layer.start:layer.end]
             if layer.kind == "product":
-                out = torch.zeros(n, rows, dtype=self.dtype, device=self.device)
-                out.index_add_(0, layer.parent, values[layer.child])
+                out.zero_().index_add_(0, layer.parent, values[layer.child])
+                continue
+            n = layer.end - layer.start
+            scores = values[layer.slots.reshape(-1)].view(n, -1, values.shape[1]).add_(layer.slot_w)  # (n, K, rows)
+            if mode == "max":
+                torch.amax(scores, 1, out=out)
             else:
-                scores = values[layer.slots.reshape(-1)].view(n, -1, rows).add_(layer.slot_w)  # (n, K, rows)
-                out = scores.amax(1) if mode == "max" else log_sum_exp(scores)
-            layer.write(values, out)
+                log_sum_exp(scores, out)
         return values
 
     def log_likelihood(self, x: torch.Tensor, complete: bool | None = None) -> torch.Tensor:
-        """(rows,) log p(observed part of each row); ``complete`` as for ``forward``."""
-        return self.forward(x, fused=True, complete=complete)[self.root]
+        """(rows,) log p(observed part of each row); ``complete`` as for ``fused_root``."""
+        return self.fused_root(x, complete=complete)
 
     # -- downward -------------------------------------------------------------------------
     @torch.no_grad()

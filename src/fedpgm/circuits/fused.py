@@ -10,7 +10,7 @@ of the circuit is ``features @ coefficients``, and only its *frontier* (linear n
 sum, by a non-linear product, or that are the root) needs computing: one dense or sparse matmul
 replaces the leaf layer and all product layers below the first sums.
 
-Used for log-likelihoods (``CompiledCircuit.forward(..., fused=True)``); passes that need every
+Used for log-likelihoods (``CompiledCircuit.fused_root``); passes that need every
 node's value (flows, MPE, sampling) use the plain layers. Tests check both agree.
 """
 
@@ -47,7 +47,6 @@ class LinearFrontier:
                 needed.update(c for c in n.children if linear[c])
         self.frontier = sorted(needed)
         self.fused = {i for i, flag in enumerate(linear) if flag}
-        self.positions = cc.tensor([cc.position[i] for i in self.frontier], torch.long)
         # feature blocks: continuous vars -> z^2, z, observed, missing (one column per var);
         # discrete vars -> one-hot (one column per state), missing (one column per var)
         vars_ = sorted({n.var for i, n in enumerate(nodes) if linear[i] and isinstance(n, Leaf)})
@@ -140,8 +139,8 @@ class LinearFrontier:
                     vals.append(value)
         return np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), np.array(vals)
 
-    def values(self, x: torch.Tensor, cc, mode: str, complete: bool | None = None) -> torch.Tensor:
-        """(n_frontier, rows) log-values of the frontier nodes, x (rows, variables).
+    def values(self, x: torch.Tensor, cc, mode: str, complete: bool | None, out: torch.Tensor) -> torch.Tensor:
+        """``out`` (n_frontier, rows): log-values of the frontier nodes, x (rows, variables).
 
         ``complete``: the caller knows x has no NaN (None: check). Complete rows need only the
         CORE feature columns; the observed-indicator terms are then one constant per node.
@@ -167,13 +166,15 @@ class LinearFrontier:
             if not complete:
                 feats[:, cols["dmiss"]] = torch.isnan(x[:, self.disc_t])
         if complete:
-            return times(core, feats) + constant
-        return times(full, feats)
+            return times(core, feats, out).add_(constant)
+        return times(full, feats, out)
 
 
-def times(coef: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
-    """coef (n, W) @ feats.T for feats (rows, W), dense or sparse coefficients."""
-    return coef @ (feats.T if coef.layout == torch.strided else feats.T.contiguous())
+def times(coef: torch.Tensor, feats: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out`` = coef (n, W) @ feats.T for feats (rows, W), dense or sparse coefficients."""
+    if coef.layout == torch.strided:
+        return torch.mm(coef, feats.T, out=out)
+    return out.copy_(coef @ feats.T.contiguous())
 
 
 def matrix(cc, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, shape) -> torch.Tensor:

@@ -53,8 +53,8 @@ def checked(cc: CompiledCircuit, X: np.ndarray) -> tuple[np.ndarray, bool]:
 def chunks(cc: CompiledCircuit, n: int, fused: bool = False):
     """Row slices so that about MAX_CELLS values are live at a time (fewer nodes when fused)."""
     if fused:
-        fz, layers, groups = cc.fusion()
-        live = len(fz.frontier) + sum(l.end - l.start for l in layers) + sum(g.end - g.start for g in groups)
+        plan = cc.fusion()
+        layers, live = plan.layers, plan.n_values
     else:
         layers, live = cc.layers, cc.n_nodes
     widest = max((layer.slots.numel() if layer.kind == "sum" else len(layer.child) for layer in layers),
