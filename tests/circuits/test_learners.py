@@ -3,6 +3,7 @@ import pytest
 
 from fedpgm.circuits.em import em
 from fedpgm.circuits.estimator import LearnSPN, RatSPN
+from fedpgm.circuits import learnspn
 from fedpgm.circuits.learnspn import learn_spn
 from fedpgm.circuits.leaves import std_floors
 from fedpgm.circuits.ratspn import rat_spn
@@ -40,6 +41,18 @@ def test_learnspn_handles_constant_columns_and_nan():
     model = LearnSPN(50, 0.3).fit(X, schema)
     assert np.isfinite(model.log_likelihood(X)).all()
     assert c.stats()["n_sums"] >= 1  # b0 and b1 are dependent: they are not split apart at once
+
+
+def test_child_slices_sorted_by_their_parents_orders_learn_the_same_circuit(mixed, monkeypatch):
+    """Complete data: each slice's sort orders come from its parent's (``restrict_order``); with
+    every slice sorting afresh the circuit and its likelihoods are the same."""
+    assert not np.isnan(mixed.train.to_numpy(float)).any()
+    handed_down = LearnSPN(min_instances_slice=100, threshold=0.3).fit(mixed.train, mixed.schema)
+    calls = []
+    monkeypatch.setattr(learnspn, "restrict_order", lambda order, keep: calls.append(keep.sum()))
+    fresh = LearnSPN(min_instances_slice=100, threshold=0.3).fit(mixed.train, mixed.schema)
+    assert len(calls) >= 2 and handed_down.circuit_.stats() == fresh.circuit_.stats()
+    np.testing.assert_array_equal(handed_down.log_likelihood(mixed.test), fresh.log_likelihood(mixed.test))
 
 
 def test_learnspn_bad_parameters():

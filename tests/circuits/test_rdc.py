@@ -4,7 +4,7 @@ variable) to rounding, and finds dependence where there is some."""
 import numpy as np
 from scipy.stats import rankdata
 
-from fedpgm.circuits.rdc import RandomFeatures, average_ranks, rdc_matrix
+from fedpgm.circuits.rdc import RandomFeatures, average_ranks, rdc_matrix, restrict_order
 
 
 def reference_features(data, cards, k=10, s=1 / 6, seed=0):
@@ -46,3 +46,13 @@ def test_average_ranks_equal_scipy_with_ties():
     rng = np.random.default_rng(0)
     x = np.vstack([rng.integers(0, 5, 300), rng.normal(size=300), np.zeros(300), np.arange(300)[::-1]]).astype(float)
     np.testing.assert_array_equal(average_ranks(x), rankdata(x, axis=1))
+
+
+def test_a_child_slice_ranks_from_its_parents_order_as_from_its_own_sort():
+    rng = np.random.default_rng(1)
+    x = np.vstack([rng.integers(0, 3, 500), rng.normal(size=500), np.round(rng.normal(size=500), 1)]).astype(float)
+    keep = rng.random(500) < 0.4
+    child = restrict_order(np.argsort(x, axis=1), keep)
+    assert child.shape == (3, keep.sum())
+    assert np.all(np.diff(np.take_along_axis(x[:, keep], child, axis=1), axis=1) >= 0)  # sorts the child's rows
+    np.testing.assert_array_equal(average_ranks(x[:, keep], child), rankdata(x[:, keep], axis=1))

@@ -30,7 +30,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from fedpgm.circuits.chow_liu import add_tree, chow_liu
 from fedpgm.circuits.leaves import ALPHA, default_leaf, leaf_type, std_floors
-from fedpgm.circuits.rdc import rdc_matrix
+from fedpgm.circuits.rdc import rdc_matrix, restrict_order
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
@@ -57,6 +57,7 @@ class LearnSPNBuilder:
         self.min_leaf_rows = min_leaf_rows
         self.leaf_model = leaf_model
         self.alpha, self.row_clusters = alpha, row_clusters
+        self.complete = not np.isnan(X).any()  # slices then keep their rows' sort orders
 
     def leaf_of(self, rows: np.ndarray, var: int) -> int:
         """A leaf of ``var`` fitted to the slice's observed values (NaN ignored); returns its id."""
@@ -87,7 +88,9 @@ class LearnSPNBuilder:
             data = np.where(np.isnan(data), means, data)
         return data
 
-    def learn(self, rows: np.ndarray, scope: list[int]) -> int:
+    def learn(self, rows: np.ndarray, scope: list[int], order: np.ndarray | None = None) -> int:
+        """The circuit of the slice ``rows`` x ``scope``; ``order``: (scope, rows) orders sorting each
+        of its columns, handed down from the parent slice (complete data only; None: sorted here)."""
         if self.progress is not None:
             self.progress()
         if len(scope) == 1 or len(rows) < self.min_instances:
@@ -99,19 +102,23 @@ class LearnSPNBuilder:
             rest = [v for v, k in zip(scope, constant) if not k]
             children = [self.leaf_of(rows, v) for v in fixed]
             if rest:
-                children.append(self.learn(rows, rest))
+                children.append(self.learn(rows, rest, None if order is None else order[~constant]))
             return children[0] if len(children) == 1 else self.c.product(children)
+        if order is None and self.complete:
+            order = np.argsort(data.T, axis=1)
         with threads_for(data.size):
-            rdc = rdc_matrix(data, [self.cards[v] for v in scope], seed=int(self.rng.integers(2**31)))
+            rdc = rdc_matrix(data, [self.cards[v] for v in scope], seed=int(self.rng.integers(2**31)), order=order)
         n_comp, labels = connected_components(rdc > self.threshold, directed=False)
         if n_comp > 1:
-            groups = [[v for v, l in zip(scope, labels) if l == g] for g in range(n_comp)]
-            return self.c.product([self.learn(rows, g) for g in groups])
+            return self.c.product([self.learn(rows, [v for v, l in zip(scope, labels) if l == g],
+                                              None if order is None else order[labels == g])
+                                   for g in range(n_comp)])
         clusters = self.cluster(data, scope)
-        parts = [rows[clusters == k] for k in np.unique(clusters)]
-        if len(parts) < 2 or min(map(len, parts)) < max(1, self.min_leaf_rows):
+        keeps = [clusters == k for k in np.unique(clusters)]
+        if len(keeps) < 2 or min(int(keep.sum()) for keep in keeps) < max(1, self.min_leaf_rows):
             return self.naive(rows, scope)
-        return self.c.sum([self.learn(part, scope) for part in parts], np.array([len(p) for p in parts]) / len(rows))
+        return self.c.sum([self.learn(rows[keep], scope, None if order is None else restrict_order(order, keep))
+                           for keep in keeps], np.array([keep.sum() for keep in keeps]) / len(rows))
 
     def learn_by_label(self, rows: np.ndarray, label: int) -> int:
         """A sum over the label's observed values of (label leaf) x (circuit of the rest)."""
