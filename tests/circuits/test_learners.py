@@ -194,6 +194,11 @@ def test_estimator_api(mixed):
     sub = mixed.test[["c0", "b0"]]
     assert np.allclose(model.log_likelihood(sub), model.log_likelihood(mixed.test.assign(
         **{c: np.nan for c in mixed.schema.names if c not in ("c0", "b0")})))
+    infinite = mixed.test.to_numpy(float, copy=True)
+    infinite[3, 0] = np.inf
+    for query in (model.log_likelihood, model.mpe, model.score_samples):
+        with pytest.raises(FedpgmError, match="evidence for 'c0' is infinite; use NaN for unobserved"):
+            query(infinite)
 
 
 def test_leaf_std_floor_is_relative_to_the_reference_column():

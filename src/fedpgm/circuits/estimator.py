@@ -141,7 +141,8 @@ class CircuitEstimator(CheckedParams, ABC):
         """Query rows in schema order; for a model fitted with ``y``, X may leave out the label
         (unobserved) or ``y`` supplies it."""
         if not isinstance(X, pd.DataFrame):  # (a DataFrame may hold any subset of the columns)
-            X = validate_data(self, X, reset=False, dtype=float, ensure_all_finite="allow-nan")
+            # (no finiteness pass here: the queries refuse infinite evidence, naming the variable)
+            X = validate_data(self, X, reset=False, dtype=float, ensure_all_finite=False)
         classes = getattr(self, "classes_", None)
         if classes is not None and not (isinstance(X, pd.DataFrame) and TARGET in X):
             frame = pd.DataFrame(np.asarray(X, dtype=float) if not isinstance(X, pd.DataFrame) else X)
