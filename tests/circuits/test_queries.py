@@ -195,24 +195,6 @@ def test_fused_linear_evaluation_equals_the_plain_layers(seed):
             torch.testing.assert_close(fused, plain, rtol=1e-9, atol=1e-9)
 
 
-def test_chunks_on_two_threads_give_the_one_thread_values():
-    s = discrete_schema()
-    cc = CompiledCircuit(random_circuit(s, 2))
-    X = np.tile(all_assignments(s), (4_000, 1))  # many chunks
-    X[::7, 1] = np.nan
-    assert len(list(Q.chunks(cc, len(X), fused=True))) >= 4
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        alone = Q.log_likelihood(cc, X)
-        torch.set_num_threads(2)
-        np.testing.assert_array_equal(Q.log_likelihood(cc, X), alone)
-    finally:
-        torch.set_num_threads(before)
-    direct = cc.fused_root(cc.tensor(X)).numpy()
-    np.testing.assert_allclose(alone, direct, rtol=0, atol=1e-12)
-
-
 def test_sum_layers_of_mixed_arity_and_zero_weights_match_a_direct_mixture():
     """One layer of sums with 1, 2 and 5 children (padded to 5) and a zero weight, float32 and
     float64: every sum equals log sum_k w_k N(x; mu_k, sd_k), computed here with scipy."""

@@ -9,10 +9,6 @@ stays small), and never more than ``MAX_CELLS`` values (memory stays bounded).
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-from functools import cache
-
 import numpy as np
 import torch
 
@@ -69,35 +65,14 @@ def chunks(cc: CompiledCircuit, n: int, fused: bool = False):
         yield slice(lo, min(n, lo + step))
 
 
-@cache
-def chunk_pool(threads: int, pid: int) -> ThreadPoolExecutor:
-    """A lasting pool of ``threads`` workers for process ``pid`` (a forked child, whose copy of the
-    pool has no threads, gets its own; a fresh thread pays for its own OpenMP team, so a pool made
-    per call measured slower than no pool)."""
-    return ThreadPoolExecutor(threads, thread_name_prefix="fedpgm-chunks")
-
-
 def log_likelihood(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
-    """(rows,) log p(observed values) in nats; NaN columns are marginalised.
-
-    On the CPU the chunks run on as many threads as torch may use: most of a chunk's ops are
-    smaller than torch's own parallel grain (32,768 values), so they would run on one thread.
-    """
+    """(rows,) log p(observed values) in nats; NaN columns are marginalised."""
     X, complete = checked(cc, X)
     out = np.empty(len(X))
     share = cc.dtype == torch.float64 and cc.device.type == "cpu"  # (the pass only reads its input)
-
-    def chunk(s: slice) -> None:  # converting chunk by chunk keeps the copies in cache
+    for s in chunks(cc, len(X), fused=True):  # converting chunk by chunk keeps the copies in cache
         x = torch.from_numpy(np.ascontiguousarray(X[s])) if share else cc.tensor(X[s])
         out[s] = cc.log_likelihood(x, complete).cpu().numpy()
-
-    slices = list(chunks(cc, len(X), fused=True))
-    threads = min(torch.get_num_threads(), len(slices)) if cc.device.type == "cpu" else 1
-    if threads > 1:
-        list(chunk_pool(threads, os.getpid()).map(chunk, slices))
-    else:
-        for s in slices:
-            chunk(s)
     return out
 
 
