@@ -28,6 +28,7 @@ import torch
 
 from fedpgm.circuits.fused import LINEAR, LinearFrontier
 from fedpgm.circuits.leaves import leaf_type
+from fedpgm.circuits.logspace import log_sum_exp
 from fedpgm.circuits.structure import Circuit, Leaf, Sum
 
 
@@ -82,25 +83,6 @@ class Layer:
         self.slot_w = self.slot_w[:, :, None]
 
 
-FOLD_MIN = 4096  # fold only when each slot's pass covers at least this many values
-
-
-def log_sum_exp(scores: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """(n, K, rows) -> ``out`` (n, rows): log-sum-exp over K by a fold of ``torch.logaddexp``, one
-    fused elementwise pass per slot; ``torch.logsumexp`` over a middle dimension makes several
-    passes over the whole (n, K, rows) tensor and measured 1.2-3.5x slower here, except when
-    n x rows is so small that K Python-level calls cost more (a root over 2,048 children: 25x
-    faster)."""
-    if scores.shape[1] == 1:
-        return out.copy_(scores[:, 0])
-    if scores.shape[0] * scores.shape[2] < FOLD_MIN:
-        return torch.logsumexp(scores, 1, out=out)
-    torch.logaddexp(scores[:, 0], scores[:, 1], out=out)
-    for k in range(2, scores.shape[1]):
-        torch.logaddexp(out, scores[:, k], out=out)
-    return out
-
-
 def segment_max(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Tensor:
     """(E, rows) -> (n, rows): max over each parent's edges."""
     out = torch.full((n, scores.shape[1]), -math.inf, dtype=scores.dtype, device=scores.device)
@@ -110,9 +92,10 @@ def segment_max(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Ten
 
 @dataclass
 class Fusion:
-    """What a fused pass evaluates (``CompiledCircuit.fusion``): the linear part as one matmul, then
-    the other leaf groups and the layers' remaining nodes, in a compact table of ``n_values``
-    rows (frontier | other leaves | remaining layers) whose row ``root`` is the root."""
+    """What a fused pass evaluates (``CompiledCircuit.fusion``): the fused part as one matmul and a
+    log-sum-exp per mixture, then the other leaf groups and the layers' remaining nodes, in a
+    compact table of ``n_values`` rows (terms and mixtures | other leaves | remaining layers)
+    whose row ``root`` is the root."""
     linear: LinearFrontier
     groups: list[LeafGroup]
     layers: list[Layer]
@@ -167,17 +150,16 @@ class CompiledCircuit:
                 ids = by_layer.get((h, kind), [])
                 if not ids:
                     continue
-                self.layers.append(self.layer(kind, ids, pos))
+                self.layers.append(self.layer(kind, ids, pos, len(pos)))
         self.position = pos
         self.n_nodes = len(pos)
         self.root = pos[circuit.root]
         self._fusion: Fusion | None = None
 
-    def layer(self, kind: str, ids: list[int], pos: dict[int, int]) -> Layer:
-        """The layer of nodes ``ids`` (symbolic), placed next in ``pos`` (symbolic id -> row),
-        which already places their children."""
+    def layer(self, kind: str, ids: list[int], pos: dict[int, int], start: int) -> Layer:
+        """The layer of nodes ``ids`` (symbolic), placed in ``pos`` (symbolic id -> row) at rows
+        ``start`` on; ``pos`` already places their children."""
         nodes = self.circuit.nodes
-        start = len(pos)
         pos.update({i: start + k for k, i in enumerate(ids)})
         children = [[] if isinstance(n := nodes[i], Leaf) else n.children for i in ids]
         child = [pos[c] for kids in children for c in kids]
@@ -187,25 +169,28 @@ class CompiledCircuit:
             weights = [n.weights for i in ids if isinstance(n := nodes[i], Sum)]
             with np.errstate(divide="ignore"):
                 log_w = self.tensor(np.log(np.concatenate(weights)))
-        return Layer(kind, start, len(pos), ids, self.tensor(child, torch.long), self.tensor(parent, torch.long),
-                     log_w)
+        return Layer(kind, start, start + len(ids), ids, self.tensor(child, torch.long),
+                     self.tensor(parent, torch.long), log_w)
 
     def fusion(self) -> Fusion:
-        """The fused pass's plan (built once): only the linear frontier, the non-linear leaves and
-        the nodes above them hold values, in a table of their own (a few dozen rows where the full
-        one has hundreds: it stays in cache and the matmul writes into it directly)."""
+        """The fused pass's plan (built once): only the fused frontier's terms and mixtures, the
+        non-linear leaves and the nodes above them hold values, in a table of their own (a few
+        dozen rows where the full one has hundreds: it stays in cache and the matmul writes into
+        it directly)."""
         if self._fusion is None:
             linear = LinearFrontier(self)
-            pos = {i: k for k, i in enumerate(linear.frontier)}
-            groups = []
+            pos = dict(zip(linear.frontier, linear.positions))
+            groups, layers, rows = [], [], linear.n_rows
             for g in self.groups:
                 if g.dist not in LINEAR:
-                    start = len(pos)
-                    pos.update({i: start + k for k, i in enumerate(g.nodes)})
-                    groups.append(replace(g, start=start, end=len(pos)))
-            layers = [self.layer(layer.kind, ids, pos) for layer in self.layers
-                      if (ids := [i for i in layer.nodes if i not in linear.fused])]
-            self._fusion = Fusion(linear, groups, layers, len(pos), pos[self.circuit.root])
+                    pos.update({i: rows + k for k, i in enumerate(g.nodes)})
+                    groups.append(replace(g, start=rows, end=rows + len(g.nodes)))
+                    rows += len(g.nodes)
+            for layer in self.layers:
+                if ids := [i for i in layer.nodes if i not in linear.fused]:
+                    layers.append(self.layer(layer.kind, ids, pos, rows))
+                    rows += len(ids)
+            self._fusion = Fusion(linear, groups, layers, rows, pos[self.circuit.root])
         return self._fusion
 
     def tensor(self, values, dtype=None) -> torch.Tensor:
@@ -242,7 +227,7 @@ class CompiledCircuit:
         enough for likelihoods). ``complete``: the caller knows whether x has a NaN (None: check)."""
         plan = self.fusion()
         values = torch.empty(plan.n_values, x.shape[0], dtype=self.dtype, device=self.device)
-        plan.linear.values(x, self, mode, complete, out=values[:len(plan.linear.frontier)])
+        plan.linear.values(x, self, mode, complete, out=values[:plan.linear.n_rows])
         for g, lp in zip(plan.groups, self.leaf_values(x, mode, plan.groups)):
             values[g.start:g.end] = lp
         return self.evaluate(values, plan.layers, mode)[plan.root]

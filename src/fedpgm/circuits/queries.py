@@ -51,10 +51,11 @@ def checked(cc: CompiledCircuit, X: np.ndarray) -> tuple[np.ndarray, bool]:
 
 
 def chunks(cc: CompiledCircuit, n: int, fused: bool = False):
-    """Row slices so that about MAX_CELLS values are live at a time (fewer nodes when fused)."""
+    """Row slices so that about CACHE_CELLS values are live at a time (when fused: the table's
+    rows and the matmul's features)."""
     if fused:
         plan = cc.fusion()
-        layers, live = plan.layers, plan.n_values
+        layers, live = plan.layers, plan.n_values + plan.linear.core_width
     else:
         layers, live = cc.layers, cc.n_nodes
     widest = max((layer.slots.numel() if layer.kind == "sum" else len(layer.child) for layer in layers),
