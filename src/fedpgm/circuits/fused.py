@@ -233,7 +233,8 @@ def mixtures(nodes) -> list[Terms | None]:
     not fused: a non-linear leaf below it, a product of two or more mixtures (their terms would
     multiply), a sum of more than MAX_TERMS terms, or a parent of a mixture that other nodes use
     too (a DAG's shared mixture, e.g. a Chow-Liu tree's, is computed once, not copied into each
-    parent's terms). Zero-weight edges give no term."""
+    parent's terms). Zero-weight edges give no term. A fused node absorbed by its only parent
+    keeps ``[]`` (fused, never on the frontier), so only the sweep's open nodes hold terms."""
     uses = np.bincount([c for n in nodes if not isinstance(n, Leaf) for c in n.children], minlength=len(nodes))
     out: list[Terms | None] = []
     for i, n in enumerate(nodes):
@@ -253,4 +254,8 @@ def mixtures(nodes) -> list[Terms | None]:
             terms = [(w + math.log(weight), leaves) for k, weight in zip(kids, n.weights) if weight > 0
                      for w, leaves in k or ()]
             out.append(terms if len(terms) <= MAX_TERMS else None)
+        if out[i] is not None:  # a child used only here lives on in these terms: free its own
+            for c in n.children:
+                if uses[c] == 1:
+                    out[c] = []
     return out
