@@ -40,8 +40,8 @@ SIZES = [(1, 2, 2), (2, 4, 4), (4, 8, 8), (8, 16, 16), (8, 26, 26)]  # repetitio
 
 def chunked(cc: CompiledCircuit, X: np.ndarray, fused: bool) -> np.ndarray:
     """Root log-values of all rows, in the same row chunks the query functions use."""
-    return np.concatenate([cc.forward(cc.tensor(X[s]), fused=fused)[cc.root].numpy()
-                           for s in chunks(cc, len(X), fused=fused)])
+    root = (lambda x: cc.fused_root(x)) if fused else (lambda x: cc.forward(x)[cc.root])
+    return np.concatenate([root(cc.tensor(X[s])).numpy() for s in chunks(cc, len(X), fused=fused)])
 
 
 def peaks(rows: int) -> dict:

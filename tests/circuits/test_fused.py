@@ -96,3 +96,16 @@ def test_the_matmul_has_a_multiple_of_gemm_rows_and_pads_change_nothing(n_kids):
     c.sum(kids, np.full(n_kids, 1 / n_kids))
     plan = agrees(c).fusion()
     assert plan.linear.n_terms % fused.GEMM_ROWS == 0
+
+
+def test_sums_over_shared_products_stay_a_layer_over_them():
+    """A RAT-SPN region: two sums over the same products. Absorbing them would copy each
+    product's row into both sums' terms; instead the products are the frontier, once each."""
+    c = Circuit(SCHEMA)
+    prods = [c.product([gauss(c, 0, m), gauss(c, 1, -m), gauss(c, 2, 0), c.leaf(3, "bernoulli", {"p": 0.5})])
+             for m in (-1, 0, 2)]
+    sums = [c.sum(prods, w) for w in ([0.2, 0.3, 0.5], [0.6, 0.3, 0.1])]
+    c.sum(sums, [0.5, 0.5])
+    plan = agrees(c).fusion()
+    assert sorted(plan.linear.frontier) == prods and not set(sums) & plan.linear.fused
+    assert plan.linear.n_terms == 4  # three products, padded to a multiple of GEMM_ROWS

@@ -31,7 +31,7 @@ import torch
 
 from fedpgm.circuits.leaves import LOG_2PI
 from fedpgm.circuits.logspace import log_sum_exp
-from fedpgm.circuits.structure import Leaf, Product
+from fedpgm.circuits.structure import Leaf, Product, Sum
 
 LINEAR = ("gaussian", "bernoulli", "categorical")  # leaf types with linear log-densities
 LOG_ZERO = -1e30  # finite stand-in for log 0 (0 x -inf would be NaN in a matmul)
@@ -202,7 +202,7 @@ class LinearFrontier:
             if mode == "max":
                 torch.amax(scores, 1, out=out[start:start + count])
             else:
-                log_sum_exp(scores, out[start:start + count])
+                log_sum_exp(scores, out[start:start + count], far_apart=True)
         return out
 
 
@@ -231,10 +231,12 @@ Terms = list[tuple[float, tuple[int, ...]]]  # (log-weight, leaf ids) per term
 def mixtures(nodes) -> list[Terms | None]:
     """Per node (topological order), its value as a mixture of linear terms, or None where it is
     not fused: a non-linear leaf below it, a product of two or more mixtures (their terms would
-    multiply), a sum of more than MAX_TERMS terms, or a parent of a mixture that other nodes use
-    too (a DAG's shared mixture, e.g. a Chow-Liu tree's, is computed once, not copied into each
-    parent's terms). Zero-weight edges give no term. A fused node absorbed by its only parent
-    keeps ``[]`` (fused, never on the frontier), so only the sweep's open nodes hold terms."""
+    multiply), a sum of more than MAX_TERMS terms, a sum over a child that other nodes use too,
+    or a product over a shared mixture (a DAG's shared nodes, e.g. a RAT-SPN's products or a
+    Chow-Liu tree's mixtures, are computed once, not copied into each parent's terms; a product
+    may add a shared linear child's coefficients). Zero-weight edges give no term. A fused node
+    absorbed by its only parent keeps ``[]`` (fused, never on the frontier), so only the sweep's
+    open nodes hold terms."""
     uses = np.bincount([c for n in nodes if not isinstance(n, Leaf) for c in n.children], minlength=len(nodes))
     out: list[Terms | None] = []
     for i, n in enumerate(nodes):
@@ -242,7 +244,7 @@ def mixtures(nodes) -> list[Terms | None]:
             out.append([(0.0, (i,))] if n.dist in LINEAR else None)
             continue
         kids = [out[c] for c in n.children]
-        if any(k is None or (len(k) > 1 and uses[c] > 1) for c, k in zip(n.children, kids)):
+        if any(k is None or (uses[c] > 1 and (isinstance(n, Sum) or len(k) > 1)) for c, k in zip(n.children, kids)):
             out.append(None)
         elif isinstance(n, Product):
             multi = [k for k in kids if k is not None and len(k) > 1]
