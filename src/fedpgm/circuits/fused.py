@@ -81,7 +81,7 @@ class LinearFrontier:
         linear = [t is not None and isinstance(n, Leaf) for n, t in zip(nodes, terms)]
         # feature blocks: continuous vars -> z^2, z, observed, missing (one column per var);
         # discrete vars -> one-hot (one column per state), missing (one column per var)
-        vars_ = sorted({n.var for i, n in enumerate(nodes) if linear[i] and isinstance(n, Leaf)})
+        vars_ = sorted({n.var for i, n in enumerate(nodes) if linear[i]})
         self.cont = [v for v in vars_ if not schema.features[v].discrete]
         self.disc = [v for v in vars_ if schema.features[v].discrete]
         self.slot: dict[tuple[int, str | int], tuple[str, int]] = {}  # (var, term or state) -> feature column
@@ -247,14 +247,14 @@ def mixtures(nodes) -> list[Terms | None]:
         if any(k is None or (uses[c] > 1 and (isinstance(n, Sum) or len(k) > 1)) for c, k in zip(n.children, kids)):
             out.append(None)
         elif isinstance(n, Product):
-            multi = [k for k in kids if k is not None and len(k) > 1]
-            single = [k[0] for k in kids if k is not None and len(k) == 1]
+            multi = [k for k in kids if len(k) > 1]  # (no child is None here)
+            single = [k[0] for k in kids if len(k) == 1]
             base_w, base = sum(w for w, _ in single), tuple(leaf for _, leaves in single for leaf in leaves)
             out.append(None if len(multi) > 1 else
                        [(w + base_w, leaves + base) for w, leaves in (multi[0] if multi else [(0.0, ())])])
         else:
             terms = [(w + math.log(weight), leaves) for k, weight in zip(kids, n.weights) if weight > 0
-                     for w, leaves in k or ()]
+                     for w, leaves in k]
             out.append(terms if len(terms) <= MAX_TERMS else None)
         if out[i] is not None:  # a child used only here lives on in these terms: free its own
             for c in n.children:
