@@ -15,7 +15,7 @@ from rich.table import Table
 from fedpgm.federation.apps import check_backend
 from fedpgm.cli_common import (Backend, BatchSize, Device, Epochs, Inputs, Pieces, Structure, TrainMethod, Units,
                                dense_params, em_passes, Alpha, AnswersOut, DataDir, EmIterations, Evidence, Force,
-                               Label, LeafModel, Missing, Mpe, RowClusters,  # noqa: F401
+                               EmBatchSize, Label, LatentStates, LeafModel, Missing, Mpe, RowClusters,  # noqa: F401
                                QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
                                console, finish, load, one_of, prepare_outputs, stages)
 from fedpgm.errors import FedpgmError
@@ -210,6 +210,7 @@ def pc_fit(
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram (Mixed SPN)",
                                       click_type=one_of("leaf"))] = "gaussian",
     leaf_model: LeafModel = "univariate", alpha: Alpha = 0.1, row_clusters: RowClusters = 2,
+    latent_states: LatentStates = 12, em_batch_size: EmBatchSize = None,
     depth: Annotated[int, typer.Option(help="RAT-SPN: region-graph depth")] = 2,
     repetitions: Annotated[int, typer.Option(help="RAT-SPN: repetitions")] = 4,
     em_iterations: EmIterations = None,
@@ -246,7 +247,8 @@ def pc_fit(
     dense = learner in DENSE_LEARNERS
     passes = em_passes(learner, em_iterations)
     params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "leaf_model": leaf_model,
-               "alpha": alpha, "row_clusters": row_clusters, "em_iterations": passes, "seed": seed}
+               "alpha": alpha, "row_clusters": row_clusters, "em_iterations": passes, "seed": seed,
+               "latent_states": latent_states, "em_batch_size": em_batch_size}
               if learner == "learnspn" else
               {"budget_s": budget_s, "leaf": leaf, "seed": seed} if learner == "learnspn-cv" else
               dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed) if dense else
@@ -272,7 +274,8 @@ def pc_fit(
                 held = np.random.default_rng(seed).permutation(len(fit_rows))[: max(1, len(fit_rows) // 10)]
                 valid_rows, fit_rows = fit_rows.iloc[np.sort(held)], fit_rows.drop(fit_rows.index[held])
             model, selection = select_learnspn(fit_rows, valid_rows, ds.schema, budget_s, seed, leaf=leaf)
-            params = {**params, **selection["chosen"]}
+            chosen = selection["chosen"]  # (a mixture's: its components' settings and weights)
+            params = {**params, **chosen} if "components" not in chosen else {**chosen, "seed": seed, "leaf": leaf}
         elif dense:
             model.fit(ds.train, ds.schema, progress=lambda epoch, ll: update(
                 description=f"epoch {epoch}: train log-likelihood {ll:.2f} nats/row", completed=epoch))

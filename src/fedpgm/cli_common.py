@@ -35,7 +35,7 @@ CHOICES = {
     "tree_root": ("auto", "mean", "product"),  # fedpgm.fedpc.trees.COMBINES
     "ensemble": ("bagging", "boosting"),  # fedpgm.fedpc.trees.ENSEMBLES
     "leaf": ("gaussian", "histogram"),  # fedpgm.circuits.learnspn.CONTINUOUS_LEAVES
-    "leaf_model": ("univariate", "chow-liu"),  # fedpgm.circuits.learnspn.LEAF_MODELS
+    "leaf_model": ("univariate", "chow-liu", "latent-tree"),  # fedpgm.circuits.learnspn.LEAF_MODELS
     "missing": ("keep", "impute"),  # fedpgm.data.dataset.MISSING_POLICIES
     "graph": ("glasso", "bn", "ngr"),  # fedpgm.ngm.graph.GRAPH_METHODS
     "ngm_mode": ("direct", "iterative"),  # fedpgm.ngm.model.MODES
@@ -194,8 +194,13 @@ def finish(command: str, result: dict | list, json_out: Path | None = None, *, s
 
 
 LeafModel = Annotated[str, typer.Option(help="LearnSPN: a slice that stops splitting is modelled by univariate "
-                                             "leaves or by a Chow-Liu tree over its discrete variables (ID-SPN "
-                                             "style)", click_type=one_of("leaf_model"))]
+                                             "leaves, by a Chow-Liu tree over its discrete variables (ID-SPN "
+                                             "style) or by a latent Chow-Liu tree (HCLT; give it --em-iterations)",
+                                        click_type=one_of("leaf_model"))]
+LatentStates = Annotated[int, typer.Option(help="LearnSPN: hidden states per variable of --leaf-model latent-tree",
+                                           min=1)]
+EmBatchSize = Annotated[Optional[int], typer.Option(
+    help="LearnSPN: EM passes as stepwise EM over mini-batches of this many rows (default: batch EM)", min=1)]
 Alpha = Annotated[float, typer.Option(help="LearnSPN: the leaves' pseudo-count per state or bin (Laplace "
                                           "smoothing)")]
 RowClusters = Annotated[int, typer.Option("--row-clusters", help="LearnSPN: parts per row split (k-means' k)")]

@@ -34,11 +34,22 @@ def test_pc_fit_report_save_and_query(cli, tmp_path, read_report):
     (["pc", "fit", "wine", "--alpha", "0"], "The 'alpha' parameter of LearnSPN must be a float in the range (0.0, inf)"),
     (["pc", "fit", "wine", "--row-clusters", "1"], "The 'row_clusters' parameter of LearnSPN must be an int in the range"),
     (["pc", "fit", "wine", "--em-iterations", "-1"], "-1 is not in the range x>=0"),
+    (["pc", "fit", "wine", "--latent-states", "0"], "0 is not in the range x>=1"),
+    (["pc", "fit", "wine", "--em-batch-size", "0"], "0 is not in the range x>=1"),
 ])
 def test_pc_fit_bad_input(cli, tmp_path, args, message):
     code, _, err = cli(*args, "--out", str(tmp_path / "m"))
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "m").exists()
+
+
+def test_pc_fit_latent_tree_leaves_trained_by_stepwise_em(cli, tmp_path, read_report):
+    code, _, err = cli("pc", "fit", "synthetic:mixed", "--rows", "1500", "--leaf-model", "latent-tree",
+                       "--latent-states", "3", "--em-iterations", "2", "--em-batch-size", "200",
+                       "--json", str(tmp_path / "r.json"))
+    assert code == 0, err
+    params = read_report(tmp_path / "r.json", "pc fit")["settings"]["params"]
+    assert (params["leaf_model"], params["latent_states"], params["em_batch_size"]) == ("latent-tree", 3, 200)
 
 
 def test_pc_query_bad_input(cli, tmp_path):

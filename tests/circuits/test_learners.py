@@ -176,7 +176,8 @@ def test_estimator_api(mixed):
     model = LearnSPN(min_instances_slice=200, seed=3)
     assert model.get_params() == {"min_instances_slice": 200, "threshold": 0.3, "leaf": "gaussian", "seed": 3,
                                   "precision": "float64", "min_std_fraction": 0.01, "by_label": False, "min_leaf_rows": 1,
-                                  "leaf_model": "univariate", "alpha": 0.1, "row_clusters": 2, "em_iterations": 0}
+                                  "leaf_model": "univariate", "alpha": 0.1, "row_clusters": 2, "em_iterations": 0,
+                                  "latent_states": 12, "em_batch_size": None}
     model.set_params(threshold=0.2)
     with pytest.raises(FedpgmError, match=r"unknown parameter\(s\) \['depth'\]"):
         model.set_params(depth=3)

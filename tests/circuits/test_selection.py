@@ -1,13 +1,15 @@
 from itertools import takewhile
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fedpgm.circuits import selection
-from fedpgm.circuits.estimator import LearnSPN
+from fedpgm.circuits.estimator import LearnSPN, LearnSPNMixture
 from fedpgm.circuits.learners import load_model
 from fedpgm.circuits.selection import BEYOND, RUNGS, LearnSPNCV, candidates, default_settings, select_learnspn
 from fedpgm.data import load_dataset
+from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 
 
@@ -37,20 +39,22 @@ def test_the_starting_rule():
 def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validation_rises(mixed):
     train, valid, ds = mixed
     model, report = select_learnspn(train, valid, ds.schema, budget_s=600, seed=0)
-    rows = [t["rows"] for t in report["tried"]]
+    latent = [t for t in report["tried"] if t["leaf_model"] == "latent-tree"]  # stage 4, last
+    tried = report["tried"][: len(report["tried"]) - len(latent)]
+    rows = [t["rows"] for t in tried]
     n = len(train)
     grid = candidates(n, len(ds.schema), sum(f.discrete for f in ds.schema.features))
     assert rows.count(round(RUNGS[0] * n)) == len(grid)  # every candidate, cheaply
-    first = [t for t in report["tried"] if t["rows"] == round(RUNGS[0] * n)]
+    first = [t for t in tried if t["rows"] == round(RUNGS[0] * n)]
     assert {t["leaf_model"] for t in first} == {"univariate", "chow-liu"}
     for t in first:  # a univariate structure shrinks with the rows; a forest's slices keep theirs
         scale = RUNGS[0] if t["leaf_model"] == "univariate" else 1.0
         assert t["fitted_min"] == max(2, round(t["min_instances_slice"] * scale))
     assert rows.count(round(RUNGS[1] * n)) == round(len(grid) / 3)
-    full = [t for t in report["tried"] if t["rows"] == n]
+    full = [t for t in tried if t["rows"] == n]
     em_passes = [t for t in full if "em_iterations" in t]
     stage1 = max(full[:2], key=lambda t: t["valid_loglik"])  # the best two of the second rung on every row
-    chosen, stage2 = report["chosen"], [t for t in full[2:] if "em_iterations" not in t]
+    stage2 = [t for t in full[2:] if "em_iterations" not in t]
     for key, (values, beyond) in BEYOND.items():  # a value stays only where it scores higher
         others = [k for k in BEYOND if k != key]  # (what the other steps vary stays at its winner here)
         tries = list(takewhile(lambda t: all(t[k] == stage1[k] for k in others), stage2))
@@ -58,18 +62,70 @@ def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validati
         assert [t[key] for t in tries[: len(values)]] == list(values)
         for before, after in zip(tries[len(values) - 1:], tries[len(values):]):  # past the grid: only after a win
             assert after[key] == beyond(before[key]) and before["valid_loglik"] > stage1["valid_loglik"]
-        best = max([stage1, *tries], key=lambda t: t["valid_loglik"])
-        assert chosen[key] == best[key]
-        stage1 = best
+        stage1 = max([stage1, *tries], key=lambda t: t["valid_loglik"])
     assert not stage2
     scores = [stage1["valid_loglik"]] + [t["valid_loglik"] for t in em_passes]
-    kept = chosen["em_iterations"]
+    kept = int(np.argmax(scores))
     assert all(a < b for a, b in zip(scores[: kept], scores[1: kept + 1]))  # each kept pass raised validation
-    assert kept == len(em_passes) == 3 or scores[kept + 1] <= scores[kept]  # the pass that did not was undone
-    assert model.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-9) == pytest.approx(scores[kept])
-    refit = LearnSPN(**chosen, seed=0).fit(train, ds.schema)  # the chosen settings give the chosen model
+    assert kept == len(em_passes) == 3 or len(em_passes) == kept + 1  # the pass that did not was undone
+    # stage 4: one latent tree over every row, EM passes until 2 fail to raise validation (or EM_MAX)
+    assert latent[0]["min_instances_slice"] == n + 1 and "em_iterations" not in latent[0]
+    assert latent[0]["em_batch_size"] == selection.latent_batch(n) == 64
+    tree = [latent[0]["valid_loglik"]] + [t["valid_loglik"] for t in latent[1:]]
+    assert [t["em_iterations"] for t in latent[1:]] == list(range(1, len(tree)))
+    assert len(tree) - 1 - int(np.argmax(tree)) == selection.LATENT_PATIENCE or len(tree) == 4
+    fits = [({**stage1, "em_iterations": kept}, scores[kept]), ({**latent[0], "em_iterations": int(np.argmax(tree))},
+                                                                 max(tree))]
+    settings = [{k: best[k] for k in selection.SEARCHED if k in best} for best, _ in fits]
+    if "components" in report["chosen"]:  # stage 5: their mixture validated higher than either
+        assert [{k: c[k] for k in s} for c, s in zip(report["chosen"]["components"], settings)] == settings
+        assert report["valid_loglik"] > max(scores[kept], max(tree))
+        refit = LearnSPNMixture(**report["chosen"], seed=0).fit(train, ds.schema)
+    else:
+        assert (report["chosen"], report["valid_loglik"]) == max(zip(settings, [v for _, v in fits]),
+                                                                 key=lambda f: f[1])
+        refit = LearnSPN(**report["chosen"], seed=0).fit(train, ds.schema)  # the chosen settings, the chosen model
+    assert model.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-9)
     assert refit.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-6)
     assert report["over_budget_s"] == 0.0
+
+
+def test_the_latent_tree_or_its_mixture_is_chosen_where_it_validates_higher():
+    """Rows of a hidden class that sets every binary column (no tree over the columns holds it):
+    stage 4's latent tree, alone or in stage 5's mixture, wins; the chosen settings refit the
+    same model."""
+    rng = np.random.default_rng(0)
+    hidden = rng.integers(0, 4, 2400)
+    X = np.stack([np.where(rng.random(2400) < 0.9, (hidden >> (v % 2)) & 1, rng.integers(0, 2, 2400))
+                  for v in range(8)], axis=1)
+    frame = pd.DataFrame(X, columns=[f"b{v}" for v in range(8)])
+    schema = Schema(tuple(Feature(f"b{v}", "binary", ("0", "1")) for v in range(8)))
+    model, report = select_learnspn(frame[:1600], frame[1600:2000], schema, budget_s=600, seed=0)
+    chosen = report["chosen"]
+    latent = [t for t in report["tried"] if t["leaf_model"] == "latent-tree"]
+    if "components" in chosen:  # stage 5: stage 3's model and the latent tree
+        assert [c["leaf_model"] for c in chosen["components"]][1] == "latent-tree"
+        assert sum(chosen["weights"]) == pytest.approx(1.0) and 0 < chosen["weights"][0] < 1
+        assert report["valid_loglik"] > max(t["valid_loglik"] for t in report["tried"])
+        refit = LearnSPNMixture(**chosen, seed=0).fit(frame[:1600], schema)
+    else:
+        assert chosen["leaf_model"] == "latent-tree" and chosen["em_iterations"] >= 1
+        refit = LearnSPN(**chosen, seed=0).fit(frame[:1600], schema)
+    assert max(t["valid_loglik"] for t in latent) > max(t["valid_loglik"] for t in report["tried"]
+                                                         if t["leaf_model"] != "latent-tree")
+    np.testing.assert_allclose(refit.score_samples(frame[2000:]), model.score_samples(frame[2000:]), atol=1e-9)
+    none, report = select_learnspn(frame[:1600], frame[1600:2000], schema, budget_s=600, max_em_iterations=0)
+    assert all(t["leaf_model"] != "latent-tree" for t in report["tried"])  # a latent tree needs EM passes
+
+
+def test_the_mixture_weight_is_the_validation_optimum():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(-5, 1, 500), rng.normal(-5.2, 1.5, 500)
+    w = selection.mixture_weight(a, b)
+    grid = np.linspace(1e-4, 1 - 1e-4, 20001)
+    objective = [np.logaddexp(np.log(g) + a, np.log1p(-g) + b).mean() for g in grid]
+    assert w == pytest.approx(grid[int(np.argmax(objective))], abs=1e-3)
+    assert selection.mixture_weight(a, a - 50) == pytest.approx(1 - 1e-6)  # one model better on every row
 
 
 def test_a_spent_budget_still_returns_the_leader_fitted_on_every_row(mixed):

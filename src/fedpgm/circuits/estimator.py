@@ -28,10 +28,11 @@ from fedpgm.circuits import queries
 from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.em import em, em_best_of
 from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.latent_tree import LATENT_STATES
 from fedpgm.circuits.leaves import ALPHA, MIN_STD_FRACTION, std_floors
 from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES, LEAF_MODELS, learn_spn
 from fedpgm.circuits.ratspn import rat_spn
-from fedpgm.circuits.structure import Circuit
+from fedpgm.circuits.structure import Circuit, sum_of
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.params import CheckedParams
@@ -233,8 +234,11 @@ class CircuitEstimator(CheckedParams, ABC):
 class LearnSPN(CircuitEstimator):
     """LearnSPN / Mixed SPN (``leaf="histogram"``); see ``fedpgm.circuits.learnspn``. ``alpha``:
     the leaves' pseudo-count per state or bin; ``row_clusters``: parts per row split;
-    ``em_iterations``: batch EM passes over the training rows after the structure is learned
-    (``fedpgm.circuits.em``; 0 keeps the counted parameters)."""
+    ``latent_states``: hidden states per variable of ``leaf_model="latent-tree"``;
+    ``em_iterations``: EM passes over the training rows after the structure is learned
+    (``fedpgm.circuits.em``; 0 keeps the counted parameters), each one batch EM step, or with
+    ``em_batch_size`` one sweep of stepwise EM over shuffled mini-batches (pass k's order from
+    ``seed + k``, its step sizes starting afresh)."""
 
     _parameter_constraints = {
         **CircuitEstimator._parameter_constraints,
@@ -246,26 +250,72 @@ class LearnSPN(CircuitEstimator):
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "row_clusters": [Interval(Integral, 2, None, closed="left")],
         "em_iterations": [Interval(Integral, 0, None, closed="left")],
+        "latent_states": [Interval(Integral, 1, None, closed="left")],
+        "em_batch_size": [Interval(Integral, 1, None, closed="left"), None],
     }
 
     def __init__(self, min_instances_slice: int = 100, threshold: float = 0.3, leaf: str = "gaussian",
                  seed: int = 0, precision: str = "float64", min_std_fraction: float = MIN_STD_FRACTION,
                  by_label: bool = False, min_leaf_rows: int = 1, leaf_model: str = "univariate",
-                 alpha: float = ALPHA, row_clusters: int = 2, em_iterations: int = 0) -> None:
+                 alpha: float = ALPHA, row_clusters: int = 2, em_iterations: int = 0,
+                 latent_states: int = LATENT_STATES, em_batch_size: int | None = None) -> None:
         self.min_instances_slice, self.threshold, self.leaf, self.seed = (
             min_instances_slice, threshold, leaf, seed)
         self.precision, self.min_std_fraction, self.by_label = precision, min_std_fraction, by_label
         self.min_leaf_rows = min_leaf_rows
         self.leaf_model = leaf_model
         self.alpha, self.row_clusters, self.em_iterations = alpha, row_clusters, em_iterations
+        self.latent_states, self.em_batch_size = latent_states, em_batch_size
 
     def _learn(self, schema, X, floors):
         circuit = learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed, floors=floors,
                             by_label=self.by_label, min_leaf_rows=self.min_leaf_rows, leaf_model=self.leaf_model,
-                            alpha=self.alpha, row_clusters=self.row_clusters)
-        if self.em_iterations:
-            em(circuit, X, self.em_iterations, floors=floors, alpha=self.alpha)
+                            alpha=self.alpha, row_clusters=self.row_clusters, latent_states=self.latent_states)
+        for k in range(self.em_iterations):
+            self.em_pass(circuit, X, k, floors)
         return circuit
+
+    def em_pass(self, circuit, X: np.ndarray, k: int, floors: np.ndarray) -> None:
+        """EM pass ``k`` (from 0) over X, in place (as ``select_learnspn`` runs them one by one)."""
+        em(circuit, X, 1, self.em_batch_size, seed=self.seed + k, floors=floors, alpha=self.alpha)
+
+
+class LearnSPNMixture(CircuitEstimator):
+    """A mixture of LearnSPN circuits: ``components`` (each a dict of LearnSPN parameters) are
+    learned on the same rows and joined by a sum node with ``weights`` (normalised), as
+    ``select_learnspn`` chooses a mixture of its best LearnSPN and its latent tree."""
+
+    _parameter_constraints = {
+        **CircuitEstimator._parameter_constraints,
+        "components": [list],
+        "weights": [list],
+    }
+
+    def __init__(self, components: list | None = None, weights: list | None = None, leaf: str = "gaussian",
+                 seed: int = 0, precision: str = "float64", min_std_fraction: float = MIN_STD_FRACTION) -> None:
+        self.components, self.weights = components, weights
+        self.leaf, self.seed, self.precision, self.min_std_fraction = leaf, seed, precision, min_std_fraction
+
+    def _learn(self, schema, X, floors):
+        components, weights = self.components or [], self.weights or []
+        if not components or len(weights) != len(components):
+            raise FedpgmError(f"a mixture needs components and one weight each, got {len(components)} "
+                              f"components and {len(weights)} weights")
+        fixed = {"leaf": self.leaf, "seed": self.seed, "min_std_fraction": self.min_std_fraction}
+        parts = [LearnSPN(**{**settings, **fixed}).check_params()._learn(schema, X, floors) for settings in components]
+        return sum_of(parts, weights, schema)
+
+    @classmethod
+    def of(cls, models: list[LearnSPN], weights: list[float], **params) -> "LearnSPNMixture":
+        """The mixture of fitted ``models`` (learned on the same rows): what ``fit`` with their
+        settings as ``components`` would learn, without learning them again."""
+        mixture = cls(components=[m.get_params() for m in models], weights=list(weights), **params)
+        for name in ("schema_", "classes_", "n_features_in_", "feature_names_in_"):
+            if hasattr(models[0], name):
+                setattr(mixture, name, getattr(models[0], name))
+        mixture.circuit_ = sum_of([m.circuit_ for m in models], weights, mixture.schema_)
+        mixture.compiled_ = mixture._compile(mixture.circuit_)
+        return mixture
 
 
 class RatSPN(CircuitEstimator):

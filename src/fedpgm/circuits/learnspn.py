@@ -11,7 +11,10 @@ the slice mean for RDC and clustering. ``leaf="histogram"`` gives the Mixed-SPN 
 
 ``leaf_model="chow-liu"``: a slice that stops splitting models its discrete variables by a
 Chow-Liu forest (``fedpgm.circuits.chow_liu``; trees, as ID-SPN's leaves are networks) instead of
-independent leaves; its continuous variables keep univariate leaves.
+independent leaves; its continuous variables keep univariate leaves. ``leaf_model="latent-tree"``:
+the slice's discrete variables by a latent Chow-Liu tree with ``latent_states`` hidden states per
+variable (``fedpgm.circuits.latent_tree``), which needs EM passes to pay off; with
+``min_instances_slice`` above the rows, the whole table is one latent tree (an HCLT).
 
 ``by_label=True`` (with a labelled schema) makes the root a sum over the label's values, each
 child the product of the label's leaf and a circuit learned on that class's rows: a generative
@@ -29,6 +32,7 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 
 from fedpgm.circuits.chow_liu import add_tree, chow_liu
+from fedpgm.circuits.latent_tree import LATENT_STATES, add_latent_tree
 from fedpgm.circuits.leaves import ALPHA, default_leaf, leaf_type, std_floors
 from fedpgm.circuits.rdc import rdc_matrix, restrict_order
 from fedpgm.circuits.structure import Circuit
@@ -37,7 +41,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.threads import threads_for
 
 CONTINUOUS_LEAVES = ("gaussian", "histogram")  # leaf kinds for continuous variables
-LEAF_MODELS = ("univariate", "chow-liu")  # how a slice that stops splitting is modelled
+LEAF_MODELS = ("univariate", "chow-liu", "latent-tree")  # how a slice that stops splitting is modelled
 
 
 class LearnSPNBuilder:
@@ -46,7 +50,8 @@ class LearnSPNBuilder:
     builds a ``Circuit``."""
     def __init__(self, schema: Schema, X: np.ndarray, min_instances_slice: int, threshold: float,
                  leaf: str, seed: int, floors: np.ndarray, progress=None, min_leaf_rows: int = 1,
-                 leaf_model: str = "univariate", alpha: float = ALPHA, row_clusters: int = 2) -> None:
+                 leaf_model: str = "univariate", alpha: float = ALPHA, row_clusters: int = 2,
+                 latent_states: int = LATENT_STATES) -> None:
         self.c = Circuit(schema)
         self.X = X
         self.floors = floors
@@ -56,7 +61,7 @@ class LearnSPNBuilder:
         self.progress = progress
         self.min_leaf_rows = min_leaf_rows
         self.leaf_model = leaf_model
-        self.alpha, self.row_clusters = alpha, row_clusters
+        self.alpha, self.row_clusters, self.latent_states = alpha, row_clusters, latent_states
         self.complete = not np.isnan(X).any()  # slices then keep their rows' sort orders
 
     def leaf_of(self, rows: np.ndarray, var: int) -> int:
@@ -69,16 +74,18 @@ class LearnSPNBuilder:
                                                           self.alpha))
 
     def naive(self, rows: np.ndarray, scope: list[int]) -> int:
-        """The slice's end: independent leaves, or (``leaf_model="chow-liu"``) a Chow-Liu forest over
-        its discrete variables times leaves of the continuous ones."""
+        """The slice's end: independent leaves, or (``leaf_model`` "chow-liu" / "latent-tree") a
+        Chow-Liu forest / latent tree over its discrete variables times leaves of the continuous ones."""
         discrete = [v for v in scope if self.cards[v] > 0]
-        tree = self.leaf_model == "chow-liu" and len(discrete) > 1
+        tree = self.leaf_model != "univariate" and len(discrete) > 1
         alone = [v for v in scope if not (tree and v in discrete)]
         parts = [self.leaf_of(rows, v) for v in alone]
         if tree:
+            latent = self.leaf_model == "latent-tree"  # (every edge kept: the hidden states may use it)
             parent, cpts = chow_liu(self.X[np.ix_(rows, np.asarray(discrete))], [self.cards[v] for v in discrete],
-                                    self.alpha)
-            parts += add_tree(self.c, discrete, parent, cpts)
+                                    self.alpha, **({"penalty": 0.0} if latent else {}))
+            parts += (add_latent_tree(self.c, discrete, parent, cpts, self.latent_states, self.rng) if latent
+                      else add_tree(self.c, discrete, parent, cpts))
         return parts[0] if len(parts) == 1 else self.c.product(parts)
 
     def slice(self, rows: np.ndarray, scope: list[int]) -> np.ndarray:
@@ -156,12 +163,13 @@ class LearnSPNBuilder:
 def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, threshold: float = 0.3,
               leaf: str = "gaussian", seed: int = 0, progress=None, floors: np.ndarray | None = None,
               by_label: bool = False, min_leaf_rows: int = 1, leaf_model: str = "univariate",
-              alpha: float = ALPHA, row_clusters: int = 2) -> Circuit:
+              alpha: float = ALPHA, row_clusters: int = 2, latent_states: int = LATENT_STATES) -> Circuit:
     """Learn a circuit over all of ``schema``'s variables from ``X`` (rows, variables); a
     continuous leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``). No row
     split leaves a part with fewer than ``min_leaf_rows`` rows, so (given ``X`` has that many)
     every leaf is fitted on at least that many rows (a client's privacy floor). ``alpha``: the
-    leaves' (and trees') pseudo-count per state or bin; ``row_clusters``: parts per row split."""
+    leaves' (and trees') pseudo-count per state or bin; ``row_clusters``: parts per row split;
+    ``latent_states``: hidden states per variable of ``leaf_model="latent-tree"``."""
     if min_instances_slice < 1:
         raise FedpgmError(f"min_instances_slice must be >= 1, got {min_instances_slice}")
     if not 0.0 <= threshold <= 1.0:
@@ -172,6 +180,8 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
         raise FedpgmError(f"alpha (the leaves' pseudo-count) must be > 0, got {alpha}")
     if row_clusters < 2:
         raise FedpgmError(f"row_clusters (parts per row split) must be >= 2, got {row_clusters}")
+    if latent_states < 1:
+        raise FedpgmError(f"latent_states (hidden states per variable) must be >= 1, got {latent_states}")
     if leaf_model not in LEAF_MODELS:
         raise FedpgmError(f"leaf_model must be one of {LEAF_MODELS}, got '{leaf_model}'")
     X = np.asarray(X, dtype=float)
@@ -184,7 +194,7 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
     if min_leaf_rows < 1:
         raise FedpgmError(f"min_leaf_rows must be >= 1, got {min_leaf_rows}")
     builder = LearnSPNBuilder(schema, X, min_instances_slice, threshold, leaf, seed, floors, progress,
-                              min_leaf_rows, leaf_model, alpha, row_clusters)
+                              min_leaf_rows, leaf_model, alpha, row_clusters, latent_states)
     everything = np.arange(len(X))
     if by_label and schema.label is not None:
         builder.learn_by_label(everything, schema.index(schema.label))
