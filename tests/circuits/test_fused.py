@@ -10,6 +10,8 @@ import torch
 from fedpgm.circuits import Circuit, CompiledCircuit, fused
 from fedpgm.data.schema import Feature, Schema
 
+from conftest import random_circuit
+
 SCHEMA = Schema(tuple(Feature(f"c{v}", "continuous") for v in range(3)) + (Feature("b", "binary", ("0", "1")),))
 
 
@@ -109,3 +111,32 @@ def test_sums_over_shared_products_stay_a_layer_over_them():
     plan = agrees(c).fusion()
     assert sorted(plan.linear.frontier) == prods and not set(sums) & plan.linear.fused
     assert plan.linear.n_terms == 4  # three products, padded to a multiple of GEMM_ROWS
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fused_linear_evaluation_equals_the_plain_layers(seed):
+    from fedpgm.circuits.leaves import Histogram
+
+    feats = [Feature("c0", "continuous"), Feature("c1", "continuous"),
+             Feature("b", "binary", ("0", "1")), Feature("k", "categorical", ("a", "b", "c"))]
+    s = Schema(tuple(feats))
+    c = random_circuit(s, seed)
+    rng = np.random.default_rng(seed)
+    if seed % 2:  # a non-linear (histogram) leaf inside the circuit
+        top = c.root
+        x = rng.normal(size=300)
+        h = c.leaf(0, "histogram", Histogram.fit(x, np.ones_like(x), 0))
+        rest = c.product([c.leaf(1, "gaussian", {"mean": 0.3, "std": 2.0}),
+                          c.leaf(2, "bernoulli", {"p": 0.2}),
+                          c.leaf(3, "categorical", {"probs": [0.0, 0.5, 0.5]})])
+        c.sum([top, c.product([h, rest])], [0.6, 0.4])
+    cc = CompiledCircuit(c)
+    X = np.column_stack([rng.normal(size=200) * 3, rng.normal(size=200), rng.integers(0, 2, 200),
+                         rng.integers(0, 3, 200)]).astype(float)
+    X[rng.random(X.shape) < 0.2] = np.nan
+    complete = np.where(np.isnan(X), 0.0, X)  # complete rows take the constant-per-node path
+    for x in (cc.tensor(X), cc.tensor(complete)):
+        for mode in ("sum", "max"):
+            plain = cc.forward(x, mode)[cc.root]
+            fused = cc.fused_root(x, mode)
+            torch.testing.assert_close(fused, plain, rtol=1e-9, atol=1e-9)

@@ -166,35 +166,6 @@ def test_bad_queries():
         Q.conditional(cc, np.array([[np.nan, 0, 0, 0]]), ["v0"])
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_fused_linear_evaluation_equals_the_plain_layers(seed):
-    from fedpgm.circuits.leaves import Histogram
-
-    feats = [Feature("c0", "continuous"), Feature("c1", "continuous"),
-             Feature("b", "binary", ("0", "1")), Feature("k", "categorical", ("a", "b", "c"))]
-    s = Schema(tuple(feats))
-    c = random_circuit(s, seed)
-    rng = np.random.default_rng(seed)
-    if seed % 2:  # a non-linear (histogram) leaf inside the circuit
-        top = c.root
-        x = rng.normal(size=300)
-        h = c.leaf(0, "histogram", Histogram.fit(x, np.ones_like(x), 0))
-        rest = c.product([c.leaf(1, "gaussian", {"mean": 0.3, "std": 2.0}),
-                          c.leaf(2, "bernoulli", {"p": 0.2}),
-                          c.leaf(3, "categorical", {"probs": [0.0, 0.5, 0.5]})])
-        c.sum([top, c.product([h, rest])], [0.6, 0.4])
-    cc = CompiledCircuit(c)
-    X = np.column_stack([rng.normal(size=200) * 3, rng.normal(size=200), rng.integers(0, 2, 200),
-                         rng.integers(0, 3, 200)]).astype(float)
-    X[rng.random(X.shape) < 0.2] = np.nan
-    complete = np.where(np.isnan(X), 0.0, X)  # complete rows take the constant-per-node path
-    for x in (cc.tensor(X), cc.tensor(complete)):
-        for mode in ("sum", "max"):
-            plain = cc.forward(x, mode)[cc.root]
-            fused = cc.fused_root(x, mode)
-            torch.testing.assert_close(fused, plain, rtol=1e-9, atol=1e-9)
-
-
 def test_sum_layers_of_mixed_arity_and_zero_weights_match_a_direct_mixture():
     """One layer of sums with 1, 2 and 5 children (padded to 5) and a zero weight, float32 and
     float64: every sum equals log sum_k w_k N(x; mu_k, sd_k), computed here with scipy."""
