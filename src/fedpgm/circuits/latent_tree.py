@@ -9,11 +9,10 @@ each X_v depends on its own Z_v only,
 With one hidden state per observed state and one-hot emissions this is the Chow-Liu tree itself;
 with more states a row's variables depend on each other beyond the tree's pairs. As circuit
 nodes, so it is exact, answers the same queries and is saved in the same file format as any
-circuit: for each variable v and hidden
-state z a leaf p(x_v | z) and a product of that leaf with v's children's sums for z; for each
-state a of v's parent's hidden variable a sum ``S_{v|a} = sum_z p(z | a) product_{v,z}``; the
-root is one sum over its products. Size per variable: ``states`` leaves, products and sums;
-``states ** 2`` sum edges per tree edge.
+circuit: for each variable v and hidden state z a leaf p(x_v | z) and a product of that leaf
+with v's children's sums for z; for each state a of v's parent's hidden variable a sum
+``S_{v|a} = sum_z p(z | a) product_{v,z}``; the root is one sum over its products. Size per
+variable: ``states`` leaves, products and sums; ``states ** 2`` sum edges per tree edge.
 
 The parameters start at the Chow-Liu tree: hidden state z of v stands for observed state
 ``z mod r_v`` (r_v: v's states), its emission puts ``1 - EMISSION_NOISE`` on that state, and
