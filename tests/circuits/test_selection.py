@@ -39,8 +39,10 @@ def test_the_starting_rule():
 def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validation_rises(mixed):
     train, valid, ds = mixed
     model, report = select_learnspn(train, valid, ds.schema, budget_s=600, seed=0)
-    latent = [t for t in report["tried"] if t["leaf_model"] == "latent-tree"]  # stage 4, last
-    tried = report["tried"][: len(report["tried"]) - len(latent)]
+    latent = [t for t in report["tried"] if t["leaf_model"] == "latent-tree"]  # stage 4, before stage 3's passes
+    tried = [t for t in report["tried"] if t["leaf_model"] != "latent-tree"]
+    first_pass = next(i for i, t in enumerate(report["tried"]) if t.get("em_iterations") and t not in latent)
+    assert report["tried"].index(latent[-1]) < first_pass
     rows = [t["rows"] for t in tried]
     n = len(train)
     grid = candidates(n, len(ds.schema), sum(f.discrete for f in ds.schema.features))

@@ -28,11 +28,13 @@ sets this gives (126, 0.1) nltcs, (132, 0.1) plants, (122, 0.1) baudio, (95, 0.1
 3. *Parameters*: batch EM passes (``fedpgm.circuits.em``) over the training rows, stopped when
    the validation score stops rising (the pass that lowered it is undone);
    ``em_iterations`` reports how many were kept.
-4. *A latent tree* (with two or more discrete variables): the whole table as one latent
-   Chow-Liu tree (``fedpgm.circuits.latent_tree``, ``LATENT_STATES`` hidden states per
-   variable), trained by passes of stepwise EM over mini-batches (``latent_batch``) until the
-   validation score has not risen for ``LATENT_PATIENCE`` passes; it replaces stage 3's model
-   where it validates higher. Stages 1 to 3 then keep to ``1 - LATENT_SHARE`` of the budget.
+4. *A latent tree* (with two or more discrete variables; run between stages 2 and 3): the
+   whole table as one latent Chow-Liu tree (``fedpgm.circuits.latent_tree``, ``LATENT_STATES``
+   hidden states per variable), trained by passes of stepwise EM over mini-batches
+   (``latent_batch``) until the validation score has not risen for ``LATENT_PATIENCE`` passes
+   or its ``LATENT_SHARE`` of the budget is spent; it replaces stage 3's model where it
+   validates higher. Stages 1 and 2 then keep to ``1 - LATENT_SHARE`` of the budget, and stage
+   3 has whatever stage 4 leaves (a latent tree that stops by validation leaves time).
    A latent tree is a different kind of model, not a point of stage 1's grid: without EM it is
    a blurred Chow-Liu tree and would lose every comparison before its passes.
 5. *A mixture* of stage 3's and stage 4's models (``LearnSPNMixture``), its one weight the
@@ -195,7 +197,7 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
 
     discrete = sum(f.discrete for f in schema.features)
     latent = discrete >= 2 and max_em_iterations != 0  # stage 4 (a latent tree needs EM passes)
-    track = budget_s * (1 - LATENT_SHARE) if latent else budget_s  # stages 1 to 3
+    track = budget_s * (1 - LATENT_SHARE) if latent else budget_s  # stages 1 and 2
     everything = np.arange(len(train))
     order = np.random.default_rng(seed).permutation(len(train))
     alive = []
@@ -233,15 +235,18 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
                 final = other
                 if not queue:  # the grid's largest value won: go on past it while it wins
                     queue.append(beyond(value))
-    final = em_passes(*final, track, tried[-1]["seconds"], 1)  # stage 3 (a pass costs about what a fit does)
-    result: tuple[float, dict, Fitted] = final
-    if latent and time.perf_counter() - start < budget_s:  # stage 4
+    seconds = tried[-1]["seconds"]  # (stage 3's first pass costs about what a fit does)
+    tree = None
+    if latent and time.perf_counter() - start < budget_s:  # stage 4, before stage 3: what it leaves goes there
         settings = {"min_instances_slice": len(train) + 1, "threshold": THRESHOLDS[0], "leaf_model": "latent-tree",
                     "alpha": ALPHA, "row_clusters": 2, "latent_states": LATENT_STATES,
                     "em_batch_size": latent_batch(len(train))}
-        other = em_passes(*fit(settings, everything), budget_s, LATENT_PASS_COST * tried[-1]["seconds"],
-                          LATENT_PATIENCE)
-        result = max([final, other, mixture(final, other)], key=lambda f: f[0])
+        limit = min(budget_s, time.perf_counter() - start + LATENT_SHARE * budget_s)
+        tree = em_passes(*fit(settings, everything), limit, LATENT_PASS_COST * tried[-1]["seconds"], LATENT_PATIENCE)
+    final = em_passes(*final, budget_s, seconds, 1)  # stage 3
+    result: tuple[float, dict, Fitted] = final
+    if tree is not None:  # stage 5
+        result = max([final, tree, mixture(final, tree)], key=lambda f: f[0])
     elapsed = time.perf_counter() - start
     report = {"chosen": result[1], "valid_loglik": result[0],
               "default": default_settings(len(train), len(schema)), "tried": tried, "budget_s": budget_s,
