@@ -183,3 +183,11 @@ def test_learnspn_cv_is_the_selection_on_its_own_held_out_rows(mixed, tmp_path):
     np.testing.assert_array_equal(back.log_likelihood(ds.test), model.log_likelihood(ds.test))
     with pytest.raises(FedpgmError, match="valid_fraction"):
         LearnSPNCV(valid_fraction=1.5).fit(train, ds.schema)
+
+
+def test_a_mixture_with_bad_components_is_refused_in_one_line(mixed):
+    train, _, ds = mixed
+    with pytest.raises(FedpgmError, match="one weight each"):
+        LearnSPNMixture(components=[{"min_instances_slice": 50}], weights=[]).fit(train, ds.schema)
+    with pytest.raises(FedpgmError, match=r"\['bogus'\] are not among them"):
+        LearnSPNMixture(components=[{"min_instances_slice": 50, "bogus": 1}], weights=[1.0]).fit(train, ds.schema)

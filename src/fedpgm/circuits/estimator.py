@@ -301,6 +301,9 @@ class LearnSPNMixture(CircuitEstimator):
         if not components or len(weights) != len(components):
             raise FedpgmError(f"a mixture needs components and one weight each, got {len(components)} "
                               f"components and {len(weights)} weights")
+        unknown = sorted({k for settings in components for k in settings} - set(LearnSPN._get_param_names()))
+        if unknown:
+            raise FedpgmError(f"mixture components take LearnSPN's parameters; {unknown} are not among them")
         fixed = {"leaf": self.leaf, "seed": self.seed, "min_std_fraction": self.min_std_fraction}
         parts = [LearnSPN(**{**settings, **fixed}).check_params()._learn(schema, X, floors) for settings in components]
         return sum_of(parts, weights, schema)
