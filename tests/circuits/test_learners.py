@@ -126,6 +126,25 @@ def test_the_float32_e_step_gives_the_float64_statistics(mixed):
     assert ll32 == pytest.approx(ll64, rel=1e-6)
 
 
+def test_an_m_step_leaves_the_compiled_circuit_equal_to_a_fresh_compilation(mixed):
+    import torch
+
+    from fedpgm.circuits.compiled import CompiledCircuit
+    from fedpgm.circuits.em import expected_statistics, m_step
+
+    X = mixed.train[mixed.schema.names].to_numpy(dtype=float)
+    c = LearnSPN(min_instances_slice=200, threshold=0.1, row_clusters=3).fit(X, mixed.schema).circuit_
+    cc = CompiledCircuit(c)
+    before = cc.log_likelihood(cc.tensor(X))
+    stats, _ = expected_statistics(c, cc, X[:100])  # (a few rows: parameters far from the fit's)
+    m_step(c, cc, stats, std_floors(X))
+    fresh = CompiledCircuit(c)
+    after = cc.log_likelihood(cc.tensor(X))
+    assert float((after - before).abs().max()) > 0.1  # (the parameters did change)
+    torch.testing.assert_close(after, fresh.log_likelihood(fresh.tensor(X)), rtol=0, atol=1e-12)
+    torch.testing.assert_close(cc.forward(cc.tensor(X)), fresh.forward(fresh.tensor(X)), rtol=0, atol=1e-12)
+
+
 def test_ratspn_is_the_dense_engines_binary_tree_region_graph(mixed):
     from fedpgm.circuits.region_graph import binary_trees
     from fedpgm.circuits.structure import Product

@@ -12,8 +12,8 @@ Passes:
   ``"max"`` gives max-product values (NaN inputs maximised).
 - ``fused_root(x, mode)`` -> (rows,): the root's values alone, the linear part by one matmul into
   a compact table of the few nodes left (``fusion``); what likelihood queries use.
-- ``flows(values)``: top-down posterior probability that each node/edge is used for each row
-  (the expected counts of EM).
+- ``flows(values)``: top-down posterior probability that each node is used for each row, and
+  each sum edge's use summed over the rows (the expected counts of EM).
 - ``select(values, how)``: one child per sum per row, top-down (``"max"`` for MPE,
   ``"sample"`` draws proportionally to weight x child value: exact conditional sampling).
 """
@@ -81,6 +81,8 @@ class Layer:
         self.slots[parent, slot] = child
         self.slot_w[parent, slot] = log_w
         self.slot_w = self.slot_w[:, :, None]
+        self.edge_slot = torch.empty_like(parent)  # (E,) each edge's place in the flattened (n, K) slots
+        self.edge_slot[order] = parent * self.slots.shape[1] + slot
 
 
 def segment_max(scores: torch.Tensor, parent: torch.Tensor, n: int) -> torch.Tensor:
@@ -130,13 +132,8 @@ class CompiledCircuit:
             ids = [i for i, n in leaves.items() if n.dist == dist]
             start = len(pos)
             pos.update({i: start + k for k, i in enumerate(ids)})
-            leaf_kind = leaf_type(dist)
-            params = {k: v.to(self.device, dtype if v.is_floating_point() else v.dtype)
-                      for k, v in leaf_kind.stack([leaves[i].params for i in ids]).items()}
-            mode = leaf_kind.mode(params)
-            log_mode = leaf_kind.log_prob(mode.unsqueeze(0), params).squeeze(0)
             self.groups.append(LeafGroup(dist, start, len(pos), ids, self.tensor(
-                [leaves[i].var for i in ids], torch.long), params, log_mode))
+                [leaves[i].var for i in ids], torch.long), *self.leaf_parameters(dist, ids)))
         self.n_leaves = len(pos)
         height: dict[int, int] = {}
         for i, n in enumerate(nodes):
@@ -156,6 +153,32 @@ class CompiledCircuit:
         self.root = pos[circuit.root]
         self._fusion: Fusion | None = None
 
+    def leaf_parameters(self, dist: str, ids: list[int]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The leaves ``ids`` (symbolic, all of type ``dist``): their stacked parameters and (L,)
+        log-densities at their modes."""
+        leaf_kind = leaf_type(dist)
+        params = {k: v.to(self.device, self.dtype if v.is_floating_point() else v.dtype)
+                  for k, v in leaf_kind.stack([self.circuit.nodes[i].params for i in ids]).items()}  # type: ignore[union-attr]
+        mode = leaf_kind.mode(params)
+        return params, leaf_kind.log_prob(mode.unsqueeze(0), params).squeeze(0)
+
+    def sum_log_weights(self, ids: list[int]) -> torch.Tensor:
+        """(E,) log-weights of the sums ``ids`` (symbolic), their edges in order."""
+        weights = [n.weights for i in ids if isinstance(n := self.circuit.nodes[i], Sum)]
+        with np.errstate(divide="ignore"):
+            return self.tensor(np.log(np.concatenate(weights)))
+
+    def reload_parameters(self) -> None:
+        """Read the circuit's sum weights and leaf parameters again (the structure unchanged, as
+        after an EM step): much cheaper than compiling anew."""
+        for k, g in enumerate(self.groups):
+            params, log_mode = self.leaf_parameters(g.dist, g.nodes)
+            self.groups[k] = replace(g, params=params, log_mode=log_mode)
+        for k, layer in enumerate(self.layers):
+            if layer.kind == "sum":
+                self.layers[k] = replace(layer, log_w=self.sum_log_weights(layer.nodes))
+        self._fusion = None
+
     def layer(self, kind: str, ids: list[int], pos: dict[int, int], start: int) -> Layer:
         """The layer of nodes ``ids`` (symbolic), placed in ``pos`` (symbolic id -> row) at rows
         ``start`` on; ``pos`` already places their children."""
@@ -164,11 +187,7 @@ class CompiledCircuit:
         children = [[] if isinstance(n := nodes[i], Leaf) else n.children for i in ids]
         child = [pos[c] for kids in children for c in kids]
         parent = [k for k, kids in enumerate(children) for _ in kids]
-        log_w = None
-        if kind == "sum":
-            weights = [n.weights for i in ids if isinstance(n := nodes[i], Sum)]
-            with np.errstate(divide="ignore"):
-                log_w = self.tensor(np.log(np.concatenate(weights)))
+        log_w = self.sum_log_weights(ids) if kind == "sum" else None
         return Layer(kind, start, start + len(ids), ids, self.tensor(child, torch.long),
                      self.tensor(parent, torch.long), log_w)
 
@@ -253,21 +272,27 @@ class CompiledCircuit:
 
     # -- downward -------------------------------------------------------------------------
     @torch.no_grad()
-    def flows(self, values: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """Posterior use of each node (nodes, rows) and of each sum edge (per layer: (E, rows))."""
+    def flows(self, values: torch.Tensor) -> tuple[torch.Tensor, list[np.ndarray | None]]:
+        """Posterior use of each node (nodes, rows), and per sum layer each edge's use summed over
+        the rows ((E,) float64; None for product layers). A sum's flow to its children, in log
+        space over the padded slots: log flow(parent) - value(parent) + log w + value(child)."""
         flow = torch.zeros_like(values)
         flow[self.root] = 1.0
-        edge_flows: list[torch.Tensor | None] = [None] * len(self.layers)
+        edge_counts: list[np.ndarray | None] = [None] * len(self.layers)
         for k in range(len(self.layers) - 1, -1, -1):
             layer = self.layers[k]
-            fp = flow[layer.start:layer.end][layer.parent]  # (E, rows)
-            if layer.kind == "sum":
-                parent_v = values[layer.start:layer.end]
-                parent_v = torch.where(torch.isfinite(parent_v), parent_v, math.inf)  # impossible rows: 0
-                fp = fp * torch.exp(values[layer.child] + layer.log_weights[:, None] - parent_v[layer.parent])
-                edge_flows[k] = fp
-            flow.index_add_(0, layer.child, fp)
-        return flow, edge_flows
+            if layer.kind == "product":
+                flow.index_add_(0, layer.child, flow[layer.start:layer.end][layer.parent])
+                continue
+            n, slots = layer.end - layer.start, layer.slots.reshape(-1)
+            parent_v = values[layer.start:layer.end]
+            parent_v = torch.where(torch.isfinite(parent_v), parent_v, math.inf)  # impossible rows: 0
+            share = torch.log(flow[layer.start:layer.end]).sub_(parent_v)  # (n, rows)
+            fp = values[slots].view(n, -1, values.shape[1]).add_(layer.slot_w).add_(share[:, None])  # (n, K, rows)
+            fp.exp_()
+            flow.index_add_(0, slots, fp.view(len(slots), -1))
+            edge_counts[k] = fp.sum(2, dtype=torch.float64).reshape(-1)[layer.edge_slot].cpu().numpy()
+        return flow, edge_counts
 
     @torch.no_grad()
     def select(self, values: torch.Tensor, how: str, gen: torch.Generator | None = None) -> torch.Tensor:

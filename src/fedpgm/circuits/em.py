@@ -44,11 +44,10 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) ->
     for lo in range(0, len(X), step):
         rows = X[lo: lo + step]
         values = cc.forward(cc.tensor(rows))
-        flow, edge_flows = cc.flows(values)
+        flow, edge_counts = cc.flows(values)
         total += float(values[cc.root].sum(dtype=torch.float64))
-        for k, f in enumerate(edge_flows):
-            if f is not None:
-                counts = f.sum(1, dtype=torch.float64).cpu().numpy()
+        for k, counts in enumerate(edge_counts):
+            if counts is not None:
                 edges[k] = edges[k] + counts if k in edges else counts
         for i, g in enumerate(cc.groups):
             part = leaf_type(g.dist).group_stats(rows[:, columns[i]], flow[g.start:g.end].double().cpu().numpy(),
@@ -62,8 +61,9 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) ->
 
 
 def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict, floors: np.ndarray, alpha: float = ALPHA) -> None:
-    """Write the parameters that maximise the expected log-likelihood into ``circuit``
-    (continuous leaves' stds at least ``floors[variable]``, ``alpha`` pseudo-counts per state or bin)."""
+    """Write the parameters that maximise the expected log-likelihood into ``circuit`` and its
+    compiled ``cc`` (continuous leaves' stds at least ``floors[variable]``, ``alpha`` pseudo-counts
+    per state or bin)."""
     for k, layer in enumerate(cc.layers):
         if layer.kind != "sum":
             continue
@@ -80,6 +80,7 @@ def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict, floors: np.ndarra
         if key[0] == "leaf":
             node = circuit.nodes[key[1]]
             node.params = leaf_type(node.dist).from_stats(value, node.params, floors[node.var], alpha)
+    cc.reload_parameters()
 
 
 def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | None = None,
@@ -101,9 +102,9 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
     history: list[float] = []
     running: dict | None = None
     step = 0
+    cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)  # (compiled once; each M-step's parameters reloaded)
     for it in range(iterations):
         if batch_size is None:
-            cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)
             stats, total = expected_statistics(circuit, cc, X)
             m_step(circuit, cc, stats, floors, alpha)
         else:
@@ -111,7 +112,6 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
             order = rng.permutation(len(X))
             for lo in range(0, len(X), batch_size):
                 rows = order[lo: lo + batch_size]
-                cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)
                 stats, ll = expected_statistics(circuit, cc, X[rows])
                 total += ll
                 scale, eta = len(X) / len(rows), (step + 2) ** (-decay)
