@@ -39,10 +39,20 @@ def test_the_starting_rule():
 def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validation_rises(mixed):
     train, valid, ds = mixed
     model, report = select_learnspn(train, valid, ds.schema, budget_s=600, seed=0)
-    latent = [t for t in report["tried"] if t["leaf_model"] == "latent-tree"]  # stage 4, before stage 3's passes
+    latent = [t for t in report["tried"] if t["leaf_model"] == "latent-tree"]  # stage 4's tree and its passes
     tried = [t for t in report["tried"] if t["leaf_model"] != "latent-tree"]
-    first_pass = next(i for i, t in enumerate(report["tried"]) if t.get("em_iterations") and t not in latent)
-    assert report["tried"].index(latent[-1]) < first_pass
+    passes = [t for t in report["tried"] if "em_iterations" in t]
+    assert report["tried"].index(latent[0]) < report["tried"].index(passes[0])  # both models before any pass
+    kinds = [t["leaf_model"] == "latent-tree" for t in passes]
+    assert kinds[:2] == [False, True]  # a first pass to each, then to the open model whose last pass rose most
+    rate: dict[bool, float] = {}
+    for i, (t, kind) in enumerate(zip(passes, kinds)):
+        if len(rate) == 2 and (not kind) in kinds[i:]:  # (the other model still open: it has later passes)
+            assert rate[kind] >= rate[not kind]
+        rate[kind] = t["gain_per_s"]
+    for before, t in zip(passes, passes[1:]):
+        assert t["gain_per_s"] == pytest.approx((t["combined_valid_loglik"] - before["combined_valid_loglik"])
+                                                / t["seconds"], rel=1e-9)
     rows = [t["rows"] for t in tried]
     n = len(train)
     grid = candidates(n, len(ds.schema), sum(f.discrete for f in ds.schema.features))
@@ -73,6 +83,11 @@ def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validati
     # stage 4: one latent tree over every row, EM passes until 2 fail to raise validation (or EM_MAX)
     assert latent[0]["min_instances_slice"] == n + 1 and "em_iterations" not in latent[0]
     assert latent[0]["em_batch_size"] == selection.latent_batch(n) == 64
+    probe = report["latent_probe"]  # the states: as many as the data and the time left allow
+    assert probe["rows"] == selection.PROBE_BATCHES * 64 and probe["latent_states"] == selection.LATENT_STATES
+    discrete = [f.cardinality for f in ds.schema.features if f.discrete]
+    assert latent[0]["latent_states"] == selection.latent_states(n, len(discrete), max(discrete),
+                                                                 probe["pass_seconds"], probe["seconds_left"])
     tree = [latent[0]["valid_loglik"]] + [t["valid_loglik"] for t in latent[1:]]
     assert [t["em_iterations"] for t in latent[1:]] == list(range(1, len(tree)))
     assert len(tree) - 1 - int(np.argmax(tree)) == selection.LATENT_PATIENCE or len(tree) == 4
@@ -82,6 +97,7 @@ def test_successive_halving_then_smoothing_then_em_each_kept_only_where_validati
     if "components" in report["chosen"]:  # stage 5: their mixture validated higher than either
         assert [{k: c[k] for k in s} for c, s in zip(report["chosen"]["components"], settings)] == settings
         assert report["valid_loglik"] > max(scores[kept], max(tree))
+        assert report["valid_loglik"] == pytest.approx(passes[-1]["combined_valid_loglik"], abs=1e-12)
         refit = LearnSPNMixture(**report["chosen"], seed=0).fit(train, ds.schema)
     else:
         assert (report["chosen"], report["valid_loglik"]) == max(zip(settings, [v for _, v in fits]),
@@ -118,6 +134,16 @@ def test_the_latent_tree_or_its_mixture_is_chosen_where_it_validates_higher():
     np.testing.assert_allclose(refit.score_samples(frame[2000:]), model.score_samples(frame[2000:]), atol=1e-9)
     none, report = select_learnspn(frame[:1600], frame[1600:2000], schema, budget_s=600, max_em_iterations=0)
     assert all(t["leaf_model"] != "latent-tree" for t in report["tried"])  # a latent tree needs EM passes
+
+
+def test_a_latent_trees_states_are_the_most_the_data_and_the_time_allow():
+    # nltcs's shape: 16181 rows, 16 binary variables; 10 cells per weight allow sqrt(16181 * 16 / 150) = 41.5
+    assert selection.latent_states(16181, 16, 2, pass_seconds=0.4, seconds_left=1e6) == 41
+    # time: 25 passes of 0.4 * (s / 12)^2 s within 60 s -> s = 12 * sqrt(60 / 10) = 29.4
+    assert selection.latent_states(16181, 16, 2, pass_seconds=0.4, seconds_left=60) == 29
+    assert selection.latent_states(16181, 16, 2, pass_seconds=0.4, seconds_left=10) == 12  # (exactly 25 passes)
+    assert selection.latent_states(16181, 16, 3, pass_seconds=0.4, seconds_left=0) == 3  # at least the cardinality
+    assert selection.latent_states(100, 50, 2, pass_seconds=0.01, seconds_left=1e6) == 3  # few rows: few states
 
 
 def test_the_mixture_weight_is_the_validation_optimum():

@@ -25,29 +25,36 @@ sets this gives (126, 0.1) nltcs, (132, 0.1) plants, (122, 0.1) baudio, (95, 0.1
    ``alpha`` at each of ``ALPHAS``, then ``row_clusters`` at each of ``CLUSTERS``; a value is kept
    where it scores higher, and while the largest value keeps winning the search goes on past
    it (alpha times 4, one cluster more).
-3. *Parameters*: batch EM passes (``fedpgm.circuits.em``) over the training rows, stopped when
-   the validation score stops rising (the pass that lowered it is undone);
-   ``em_iterations`` reports how many were kept.
-4. *A latent tree* (with two or more discrete variables; run between stages 2 and 3): the
-   whole table as one latent Chow-Liu tree (``fedpgm.circuits.latent_tree``, ``LATENT_STATES``
-   hidden states per variable), trained by passes of stepwise EM over mini-batches
-   (``latent_batch``) until the validation score has not risen for ``LATENT_PATIENCE`` passes
-   or its ``LATENT_SHARE`` of the budget is spent; it replaces stage 3's model where it
-   validates higher. Stages 1 and 2 then keep to ``1 - LATENT_SHARE`` of the budget, and stage
-   3 has whatever stage 4 leaves (a latent tree that stops by validation leaves time).
-   A latent tree is a different kind of model, not a point of stage 1's grid: without EM it is
-   a blurred Chow-Liu tree and would lose every comparison before its passes.
-5. *A mixture* of stage 3's and stage 4's models (``LearnSPNMixture``), its one weight the
-   best for the validation rows (``mixture_weight``); chosen where it validates highest. The
-   two kinds of model err on different rows: on DEBD's baudio a mixture of LearnSPN (test
-   -40.025) and a latent tree after 12 passes (-40.764) tested at -39.837. The validation
-   score it reports has had that one weight fitted to it.
+3. *Parameters*: EM passes (``fedpgm.circuits.em``) over the training rows, on the winner of
+   stages 1 and 2 (batch EM) and, with two or more discrete variables, on a latent tree (stage
+   4), one pass at a time. Each model stops when its validation score has not risen for its
+   patience (1 pass for the winner, ``LATENT_PATIENCE`` for the latent tree) and its passes
+   after the best are undone; ``em_iterations`` reports how many were kept.
+4. *A latent tree*: the whole table as one latent Chow-Liu tree (``fedpgm.circuits.latent_tree``),
+   trained by passes of stepwise EM over mini-batches (``latent_batch``). Its hidden states per
+   variable (``latent_states``) are as many as the data and the time left allow: a probe pass
+   over ``PROBE_BATCHES`` mini-batches of a tree with ``LATENT_STATES`` times the E-step on this
+   machine (reported as ``latent_probe``). On nltcs more states won at the same passes (mixture
+   test -6.0020 with 12 states, -5.9993 with 32 and -5.9968 with 48 after 30 passes). A latent
+   tree is a different kind of model, not a point of stage 1's grid: without EM it is a blurred
+   Chow-Liu tree and would lose every comparison before its passes. With a latent tree, stages 1
+   and 2 keep to ``1 - TRAINING_SHARE`` of the budget, and the two models' passes share the rest
+   greedily: the next pass goes to the model whose last pass raised the validation score of
+   their mixture (stage 5) most per second (a first pass to each), so time flows to whichever
+   model still improves what is chosen. On DEBD's plants, where the latent tree adds little, the
+   LearnSPN gets most passes; on dna, where the latent tree carries the mixture, it does.
+5. *A mixture* of the two trained models (``LearnSPNMixture``), its one weight the best for the
+   validation rows (``mixture_weight``); chosen where it validates highest. The two kinds of
+   model err on different rows: on DEBD's baudio a mixture of LearnSPN (test -40.025) and a
+   latent tree after 12 passes (-40.764) tested at -39.837. The validation score it reports has
+   had that one weight fitted to it.
 
 The budget bounds the whole search: no fit or EM pass starts that would end past it (its time
 estimated from the same candidate's last fit, scaled to the rows; at least one fit runs), and
 if no candidate reached every row the leader so far is learned on all of them (the one fit
-allowed to end past the budget, reported as ``over_budget_s``). Every fit is reported
-(settings, rows, seconds, validation log-likelihood), and ``LearnSPN(**chosen)`` refits the
+allowed to end past the budget, reported as ``over_budget_s``). Every fit and EM pass is
+reported (settings, rows, seconds, validation log-likelihood; a pass also with the mixture's
+validation score after it and its rise per second), and ``LearnSPN(**chosen)`` refits the
 chosen model (``LearnSPNMixture(**chosen)`` where stage 5 chose a mixture).
 """
 
@@ -56,6 +63,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
@@ -65,6 +73,7 @@ from sklearn.utils._param_validation import Interval
 from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN, LearnSPNMixture, as_matrix
 from fedpgm.circuits.latent_tree import LATENT_STATES
 from fedpgm.circuits.leaves import ALPHA, MIN_STD_FRACTION, std_floors
+from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 
@@ -80,9 +89,11 @@ ALPHAS = (0.01, 0.5, 2.0)  # pseudo-counts tried beside the rule's ALPHA
 CLUSTERS = (3,)  # parts per row split tried beside 2
 EM_MAX = 200  # EM passes at most (the budget and the validation score usually stop it first)
 BEYOND = {"alpha": (ALPHAS, lambda a: 4 * a), "row_clusters": (CLUSTERS, lambda k: k + 1)}  # stage 2: grid, next
-LATENT_SHARE = 0.35  # share of the budget kept for stage 4 (data with two or more discrete variables)
-LATENT_PASS_COST = 5.0  # a latent tree's first EM pass, estimated in multiples of its structure's fit
-LATENT_PATIENCE = 2  # stage 4 stops after this many passes without a higher validation score
+TRAINING_SHARE = 0.35  # share of the budget kept for stages 3 and 4's passes (with a latent tree)
+LATENT_PATIENCE = 2  # a latent tree's passes stop after this many without a higher validation score
+LATENT_PASSES = 25  # passes a latent tree is planned for (nltcs, jester and dna's trees rose for 20-35)
+CELLS_PER_WEIGHT = 10  # data cells (rows x variables) per transition weight of a latent tree, at least
+PROBE_BATCHES = 4  # mini-batches of stage 4's probe pass
 SEARCHED = ("min_instances_slice", "threshold", "leaf_model", "alpha", "row_clusters", "em_iterations",
             "latent_states", "em_batch_size")
 
@@ -103,6 +114,47 @@ def mixture_weight(a: np.ndarray, b: np.ndarray, steps: int = 500, tol: float = 
 def latent_batch(rows: int) -> int:
     """Stage 4's mini-batch: a sixteenth of the rows, within 64 to 512."""
     return max(64, min(512, rows // 16))
+
+
+def latent_states(rows: int, variables: int, least: int, pass_seconds: float, seconds_left: float) -> int:
+    """Stage 4's hidden states per variable: the most that keep ``CELLS_PER_WEIGHT`` data cells per
+    transition weight ((variables - 1) states^2 of them: the one-in-ten rule of thumb for
+    parameters per observation) and let ``LATENT_PASSES`` passes end within ``seconds_left``, a
+    pass taking ``pass_seconds`` at ``LATENT_STATES`` states and growing as states^2 (its sum
+    edges); at least ``least`` (the variables' largest cardinality, so that the start can stand
+    for every observed state)."""
+    by_data = math.sqrt(rows * variables / (CELLS_PER_WEIGHT * max(variables - 1, 1)))
+    by_time = LATENT_STATES * math.sqrt(max(seconds_left, 0.0) / (LATENT_PASSES * pass_seconds))
+    return max(least, math.floor(min(by_data, by_time)))
+
+
+@dataclass
+class Training:
+    """One model of stages 3 and 4 trained pass by pass: its best validation ``score`` so far, the
+    circuit and per-row validation log-likelihoods (``rows``, (valid rows,)) that scored it, the
+    passes ``done`` and ``kept``, a pass's expected ``seconds`` (the slowest yet; before the first,
+    an estimate) and ``rate``, the combined validation score's rise per second of its last pass."""
+    score: float
+    settings: dict
+    model: LearnSPN
+    patience: int
+    seconds: float
+    rows: np.ndarray
+    best: Circuit | None = None
+    done: int = 0
+    kept: int = 0
+    rate: float = math.inf
+
+    def open(self, most: int) -> bool:
+        """Whether it may run another pass (``most`` passes at most)."""
+        return self.done < most and self.done - self.kept < self.patience
+
+    def result(self) -> tuple[float, dict, LearnSPN]:
+        """(score, settings with ``em_iterations``, model) at its best pass."""
+        if self.best is not None and self.kept < self.done:  # (the passes after the best are undone)
+            self.model.circuit_, self.model.compiled_ = self.best, self.model._compile(self.best)
+        self.model.set_params(em_iterations=self.kept)
+        return self.score, {**self.settings, "em_iterations": self.kept}, self.model
 
 
 def default_settings(rows: int, columns: int) -> dict:
@@ -161,43 +213,56 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         last = [t["seconds"] / t["rows"] for t in tried if all(t[k] == v for k, v in settings.items())]
         return time.perf_counter() - start + (last[-1] * rows if last else 0.0) <= limit
 
-    def mixture(a: tuple[float, dict, LearnSPN], b: tuple[float, dict, LearnSPN]) -> tuple[float, dict, Fitted]:
-        """Stage 5: the mixture of two fits, its weight the validation rows' best (``mixture_weight``)."""
-        va, vb = a[2].score_samples(valid), b[2].score_samples(valid)
-        w = mixture_weight(va, vb)
+    def mixture(a: Training, b: Training) -> tuple[float, dict, Fitted]:
+        """Stage 5: the mixture of two trained models, its weight the validation rows' best (``mixture_weight``)."""
+        w = mixture_weight(a.rows, b.rows)
         fixed = {k: learner[k] for k in ("leaf", "precision", "min_std_fraction") if k in learner}
-        model = LearnSPNMixture.of([a[2], b[2]], [w, 1.0 - w], seed=seed, **fixed)
-        score = float(np.logaddexp(np.log(w) + va, np.log1p(-w) + vb).mean())
-        return score, {"components": [a[2].get_params(), b[2].get_params()], "weights": [w, 1.0 - w]}, model
+        model = LearnSPNMixture.of([a.model, b.model], [w, 1.0 - w], seed=seed, **fixed)
+        return combined([a, b]), {"components": [a.model.get_params(), b.model.get_params()],
+                                  "weights": [w, 1.0 - w]}, model
 
-    def em_passes(score: float, settings: dict, model: LearnSPN, limit: float, seconds: float,
-                  patience: int) -> tuple[float, dict, LearnSPN]:
-        """EM passes on ``model`` (fitted with ``settings``, validation ``score``) while one (timed by
-        the slowest yet, the first by ``seconds``) ends ``limit`` s into the search and the validation score
-        rose within the last ``patience`` passes; keeps the best passes. Returns (score, settings with
-        ``em_iterations``, model)."""
-        X = as_matrix(train, model.schema_)
-        lows = std_floors(X, model.min_std_fraction) if floors is None else floors
+    def combined(runs: list[Training]) -> float:
+        """The validation score of the best passes' mixture (of the one model, if only one)."""
+        if len(runs) == 1:
+            return runs[0].score
+        w = mixture_weight(runs[0].rows, runs[1].rows)
+        return float(np.logaddexp(np.log(w) + runs[0].rows, np.log1p(-w) + runs[1].rows).mean())
+
+    def training(score: float, settings: dict, model: LearnSPN, patience: int, seconds: float) -> Training:
+        """A model (fitted with ``settings``, validation ``score``) ready for its passes."""
+        return Training(score, settings, model, patience, seconds, model.score_samples(valid))
+
+    def em_pass(run: Training, X: np.ndarray, lows: np.ndarray) -> float:
+        """One EM pass of ``run``'s model, recorded in ``tried``; returns its seconds."""
+        t0 = time.perf_counter()
+        run.model.em_pass(run.model.circuit_, X, run.done, lows)
+        run.model.compiled_ = run.model._compile(run.model.circuit_)
+        rows = run.model.score_samples(valid)
+        score, took, run.done = float(rows.mean()), time.perf_counter() - t0, run.done + 1
+        run.seconds = took if run.done == 1 else max(run.seconds, took)  # (the slowest pass yet: a loaded machine)
+        tried.append({**run.settings, "em_iterations": run.done, "rows": len(train), "seconds": took,
+                      "valid_loglik": score})
+        if score > run.score:
+            run.score, run.kept, run.rows, run.best = score, run.done, rows, copy.deepcopy(run.model.circuit_)
+        return took
+
+    def train_all(runs: list[Training]) -> None:
+        """Stages 3 and 4: passes until the budget or every model's patience ends, each to the model
+        whose last pass raised ``combined`` most per second (module doc)."""
+        X = as_matrix(train, runs[0].model.schema_)
+        lows = std_floors(X, runs[0].model.min_std_fraction) if floors is None else floors
         most = EM_MAX if max_em_iterations is None else max_em_iterations
-        best, kept, done = copy.deepcopy(model.circuit_), 0, 0
-        while done < most and done - kept < patience and time.perf_counter() - start + seconds <= limit:
-            t0 = time.perf_counter()
-            model.em_pass(model.circuit_, X, done, lows)
-            model.compiled_ = model._compile(model.circuit_)
-            other, took, done = model.score(valid), time.perf_counter() - t0, done + 1
-            seconds = took if done == 1 else max(seconds, took)  # (the slowest pass yet: a loaded machine)
-            tried.append({**settings, "em_iterations": done, "rows": len(train), "seconds": took,
-                          "valid_loglik": other})
-            if other > score:
-                score, kept, best = other, done, copy.deepcopy(model.circuit_)
-        if kept < done:  # (the passes after the best are undone)
-            model.circuit_, model.compiled_ = best, model._compile(best)
-        model.set_params(em_iterations=kept)
-        return score, {**settings, "em_iterations": kept}, model
+        while ready := [r for r in runs if r.open(most) and time.perf_counter() - start + r.seconds <= budget_s]:
+            run = max(ready, key=lambda r: r.rate)
+            before = combined(runs)
+            took = em_pass(run, X, lows)
+            after = combined(runs)
+            run.rate = (after - before) / took
+            tried[-1].update(combined_valid_loglik=after, gain_per_s=run.rate)
 
     discrete = sum(f.discrete for f in schema.features)
     latent = discrete >= 2 and max_em_iterations != 0  # stage 4 (a latent tree needs EM passes)
-    track = budget_s * (1 - LATENT_SHARE) if latent else budget_s  # stages 1 and 2
+    track = budget_s * (1 - TRAINING_SHARE) if latent else budget_s  # stages 1 and 2
     everything = np.arange(len(train))
     order = np.random.default_rng(seed).permutation(len(train))
     alive = []
@@ -235,20 +300,33 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
                 final = other
                 if not queue:  # the grid's largest value won: go on past it while it wins
                     queue.append(beyond(value))
-    seconds = tried[-1]["seconds"]  # (stage 3's first pass costs about what a fit does)
-    tree = None
-    if latent and time.perf_counter() - start < budget_s:  # stage 4, before stage 3: what it leaves goes there
-        settings = {"min_instances_slice": len(train) + 1, "threshold": THRESHOLDS[0], "leaf_model": "latent-tree",
-                    "alpha": ALPHA, "row_clusters": 2, "latent_states": LATENT_STATES,
-                    "em_batch_size": latent_batch(len(train))}
-        limit = min(budget_s, time.perf_counter() - start + LATENT_SHARE * budget_s)
-        tree = em_passes(*fit(settings, everything), limit, LATENT_PASS_COST * tried[-1]["seconds"], LATENT_PATIENCE)
-    final = em_passes(*final, budget_s, seconds, 1)  # stage 3
-    result: tuple[float, dict, Fitted] = final
-    if tree is not None:  # stage 5
-        result = max([final, tree, mixture(final, tree)], key=lambda f: f[0])
+    runs = [training(*final, 1, tried[-1]["seconds"])]  # (stage 3's first pass costs about what a fit does)
+    probe = None
+    if latent and time.perf_counter() - start < budget_s:  # stage 4's latent tree, its states set by a probe pass
+        batch = latent_batch(len(train))
+        settings: dict = {"min_instances_slice": len(train) + 1, "threshold": THRESHOLDS[0],
+                          "leaf_model": "latent-tree", "alpha": ALPHA, "row_clusters": 2,
+                          "latent_states": LATENT_STATES, "em_batch_size": batch}
+        model = LearnSPN(**settings, seed=seed, **learner).fit(train, schema, floors=floors)
+        X = as_matrix(train, model.schema_)
+        sample = X[: PROBE_BATCHES * batch]
+        t0 = time.perf_counter()
+        model.em_pass(model.circuit_, sample, 0, std_floors(X, model.min_std_fraction) if floors is None else floors)
+        took = time.perf_counter() - t0
+        probe = {"latent_states": LATENT_STATES, "rows": len(sample), "seconds": took,
+                 "pass_seconds": took * len(train) / len(sample)}
+        probe["seconds_left"] = budget_s - (time.perf_counter() - start)
+        cards = [f.cardinality for f in schema.features if f.discrete]
+        states = latent_states(len(train), discrete, max(cards), probe["pass_seconds"], probe["seconds_left"])
+        planned = probe["pass_seconds"] * (states / LATENT_STATES) ** 2
+        runs.append(training(*fit({**settings, "latent_states": states}, everything), LATENT_PATIENCE, planned))
+    train_all(runs)
+    models = [run.result() for run in runs]
+    if len(runs) == 2:  # stage 5
+        models.append(mixture(*runs))
+    result: tuple[float, dict, Fitted] = max(models, key=lambda f: f[0])
     elapsed = time.perf_counter() - start
-    report = {"chosen": result[1], "valid_loglik": result[0],
+    report = {"chosen": result[1], "valid_loglik": result[0], "latent_probe": probe,
               "default": default_settings(len(train), len(schema)), "tried": tried, "budget_s": budget_s,
               "seconds": elapsed, "over_budget_s": max(0.0, elapsed - budget_s)}
     return result[2], report
