@@ -171,12 +171,12 @@ class CompiledCircuit:
     def reload_parameters(self) -> None:
         """Read the circuit's sum weights and leaf parameters again (the structure unchanged, as
         after an EM step): much cheaper than compiling anew."""
-        for k, g in enumerate(self.groups):
-            params, log_mode = self.leaf_parameters(g.dist, g.nodes)
-            self.groups[k] = replace(g, params=params, log_mode=log_mode)
-        for k, layer in enumerate(self.layers):
+        for g in self.groups:
+            g.params, g.log_mode = self.leaf_parameters(g.dist, g.nodes)
+        for layer in self.layers:
             if layer.kind == "sum":
-                self.layers[k] = replace(layer, log_w=self.sum_log_weights(layer.nodes))
+                layer.log_w = self.sum_log_weights(layer.nodes)
+                layer.slot_w.view(-1)[layer.edge_slot] = layer.log_w  # (pads keep -inf)
         self._fusion = None
 
     def layer(self, kind: str, ids: list[int], pos: dict[int, int], start: int) -> Layer:
