@@ -50,7 +50,8 @@ sets this gives (126, 0.1) nltcs, (132, 0.1) plants, (122, 0.1) baudio, (95, 0.1
    had that one weight fitted to it.
 
 The budget bounds the whole search: no fit or EM pass starts that would end past it (its time
-estimated from the same candidate's last fit, scaled to the rows; at least one fit runs), and
+estimated from the same candidate's last fit, scaled to the rows, or from the slowest pass of
+the same model; a pass leaves time to compile the chosen circuits; at least one fit runs), and
 if no candidate reached every row the leader so far is learned on all of them (the one fit
 allowed to end past the budget, reported as ``over_budget_s``). Every fit and EM pass is
 reported (settings, rows, seconds, validation log-likelihood; a pass also with the mixture's
@@ -145,6 +146,7 @@ class Training:
     done: int = 0
     kept: int = 0
     rate: float = math.inf
+    compile_seconds: float = 0.0  # the slowest compilation of its circuit yet (what finishing it costs)
 
     def open(self, most: int) -> bool:
         """Whether it may run another pass (``most`` passes at most)."""
@@ -237,7 +239,9 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         """One EM pass of ``run``'s model, recorded in ``tried``; returns its seconds."""
         t0 = time.perf_counter()
         run.model.em_pass(run.model.circuit_, X, run.done, lows)
+        t1 = time.perf_counter()
         run.model.compiled_ = run.model._compile(run.model.circuit_)
+        run.compile_seconds = max(run.compile_seconds, time.perf_counter() - t1)
         rows = run.model.score_samples(valid)
         score, took, run.done = float(rows.mean()), time.perf_counter() - t0, run.done + 1
         run.seconds = took if run.done == 1 else max(run.seconds, took)  # (the slowest pass yet: a loaded machine)
@@ -253,8 +257,13 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         X = as_matrix(train, runs[0].model.schema_)
         lows = std_floors(X, runs[0].model.min_std_fraction) if floors is None else floors
         most = EM_MAX if max_em_iterations is None else max_em_iterations
-        while ready := [r for r in runs if r.open(most) and time.perf_counter() - start + r.seconds <= budget_s]:
-            run = max(ready, key=lambda r: r.rate)
+
+        def ready(run: Training) -> bool:  # (finishing compiles each model's best and their mixture: twice each)
+            finish = 2 * sum(r.compile_seconds for r in runs)
+            return run.open(most) and time.perf_counter() - start + run.seconds + finish <= budget_s
+
+        while able := [r for r in runs if ready(r)]:
+            run = max(able, key=lambda r: r.rate)
             before = combined(runs)
             took = em_pass(run, X, lows)
             after = combined(runs)
