@@ -216,20 +216,22 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         last = [t["seconds"] / t["rows"] for t in tried if all(t[k] == v for k, v in settings.items())]
         return time.perf_counter() - start + (last[-1] * rows if last else 0.0) <= limit
 
-    def mixture(a: Training, b: Training) -> tuple[float, dict, Fitted]:
-        """Stage 5: the mixture of two trained models, its weight the validation rows' best (``mixture_weight``)."""
+    def mixed(a: Training, b: Training) -> tuple[float, float]:
+        """(validation score, weight of ``a``) of the two models' best passes mixed by the
+        validation rows' best weight (``mixture_weight``)."""
         w = mixture_weight(a.rows, b.rows)
+        return float(np.logaddexp(np.log(w) + a.rows, np.log1p(-w) + b.rows).mean()), w
+
+    def mixture(a: Training, b: Training) -> tuple[float, dict, Fitted]:
+        """Stage 5: the mixture of two trained models."""
+        score, w = mixed(a, b)
         fixed = {k: learner[k] for k in ("leaf", "precision", "min_std_fraction") if k in learner}
         model = LearnSPNMixture.of([a.model, b.model], [w, 1.0 - w], seed=seed, **fixed)
-        return combined([a, b]), {"components": [a.model.get_params(), b.model.get_params()],
-                                  "weights": [w, 1.0 - w]}, model
+        return score, {"components": [a.model.get_params(), b.model.get_params()], "weights": [w, 1.0 - w]}, model
 
     def combined(runs: list[Training]) -> float:
         """The validation score of the best passes' mixture (of the one model, if only one)."""
-        if len(runs) == 1:
-            return runs[0].score
-        w = mixture_weight(runs[0].rows, runs[1].rows)
-        return float(np.logaddexp(np.log(w) + runs[0].rows, np.log1p(-w) + runs[1].rows).mean())
+        return runs[0].score if len(runs) == 1 else mixed(*runs)[0]
 
     def training(score: float, settings: dict, model: LearnSPN, patience: int, seconds: float) -> Training:
         """A model (fitted with ``settings``, validation ``score``) ready for its passes."""
@@ -262,12 +264,12 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
             finish = 2 * sum(r.compile_seconds for r in runs)
             return run.open(most) and time.perf_counter() - start + run.seconds + finish <= budget_s
 
+        score = combined(runs)
         while able := [r for r in runs if ready(r)]:
             run = max(able, key=lambda r: r.rate)
-            before = combined(runs)
             took = em_pass(run, X, lows)
             after = combined(runs)
-            run.rate = (after - before) / took
+            run.rate, score = (after - score) / took, after
             tried[-1].update(combined_valid_loglik=after, gain_per_s=run.rate)
 
     discrete = sum(f.discrete for f in schema.features)
