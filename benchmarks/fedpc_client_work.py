@@ -13,6 +13,18 @@ its rows). The counters wrap ``fedpgm.circuits.learnspn.rdc_matrix`` and
     python benchmarks/fedpc_client_work.py --split vertical --seeds 3 --out docs/fedpc_vertical_work.json
     python benchmarks/fedpc_client_work.py --split horizontal --datasets adult,credit --seeds 3 \
         --out docs/fedpc_horizontal_work.json
+
+``--peer spflow`` (the paper's learner, SPFlow 1.1.0, an optional extra) repeats the learner's
+steps with both libraries on the same numbers: every column standardised on the table that
+learns it (the paper's preprocessing; Gaussian leaves throughout, so for data without
+categorical columns: breast cancer, credit), the centralized fit and each client's k-means
+split and cluster fits, the two libraries in turn (``--peer-repeats``, medians of CPU seconds,
+one thread). Its ``relative_learner_runtime`` is the slowest client's learner time over the
+centralized one's, per library: how much of the ratio the learner's fixed costs set. (No
+client policy floor here: SPFlow has no ``min_leaf_rows``.)
+
+    python benchmarks/fedpc_client_work.py --split vertical --datasets breast_cancer,credit \
+        --peer spflow --out docs/fedpc_vertical_work_spflow.json
 """
 
 from __future__ import annotations
@@ -101,22 +113,95 @@ def one(name: str, seed: int, split: str) -> dict:
     return out
 
 
+def standardised(frame) -> np.ndarray:
+    """(rows, columns) floats of a table: NaN -> column mean, each column to mean 0 and std 1."""
+    x = frame.to_numpy(dtype=float)
+    x = np.where(np.isnan(x), np.nanmean(x, axis=0), x)
+    sd = x.std(axis=0)
+    return (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+
+
+def peer_work(name: str, seed: int, split: str, repeats: int) -> dict:
+    """Median CPU seconds of the centralized fit and of each client's learner steps, fedpgm's
+    LearnSPN and SPFlow's in turn on the same standardised tables; per library the slowest
+    client's seconds over the centralized fit's."""
+    from pc_vs_spflow import spflow_fit
+
+    ds = load_dataset(name, seed=seed)
+    clients, options = SPLITS[split]
+    settings = paper_settings(split, name, FitSettings(split=split, clients=clients, clusters=2, seed=seed,
+                                                       partition=options))
+    params = learner_params(settings.learner, settings.params, seed)
+    size, threshold = params["min_instances_slice"], params["threshold"]
+    fits = {"fedpgm": lambda x, m=size: ESTIMATORS["learnspn"](min_instances_slice=m, threshold=threshold,
+                                                                seed=seed).fit(x),
+            "spflow": lambda x, m=size: spflow_fit(x, m, threshold)}
+    tables = {"centralized": standardised(ds.train)}
+    tables.update({f"client-{i}": standardised(c.train[c.schema.names])
+                   for i, c in enumerate(partition(ds, split, clients, seed, **options).clients)})
+
+    def steps(library: str, who: str) -> None:
+        x = tables[who]
+        labels = (kmeans(x, settings.clusters, seed) if split == "vertical" and who != "centralized"
+                  else np.zeros(len(x), dtype=int))
+        for k in np.unique(labels):
+            fits[library](x[labels == k])
+
+    seconds: dict = {lib: {who: [] for who in tables} for lib in fits}
+    out: dict = {"min_instances_slice": size, "threshold": threshold, "repeats": repeats}
+    warm = np.random.default_rng(0).normal(size=(400, 4))
+    warm[:200, :2] += 3.0
+    with one_thread():
+        for fit in fits.values():  # one-time set-up of each library, untimed (a row and a column split)
+            fit(warm, 100)
+        for _ in range(repeats):
+            for lib in [lib for lib in fits if lib not in out]:
+                for who in tables:
+                    start = time.process_time()
+                    try:
+                        steps(lib, who)
+                    except RuntimeError as e:  # (SPFlow 1.1.0's RDC on credit: an empty eigenvalue set)
+                        out[lib] = {"error": f"{who}: {type(e).__name__}: {e}"}
+                        break
+                    seconds[lib][who].append(time.process_time() - start)
+    for lib, runs in seconds.items():
+        if lib in out:
+            continue
+        median = {who: statistics.median(v) for who, v in runs.items()}
+        slowest = max((w for w in median if w != "centralized"), key=median.__getitem__)
+        out[lib] = {"cpu_seconds": median, "runs": runs, "slowest": slowest,
+                    "relative_learner_runtime": median[slowest] / median["centralized"]}
+    print(name, seed, "peer", {lib: out[lib].get("relative_learner_runtime", out[lib].get("error")) for lib in fits},
+          file=sys.stderr, flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", choices=sorted(SPLITS), default="vertical")
     ap.add_argument("--datasets", default="adult,credit,breast_cancer")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--peer", choices=["spflow"], help="also time the learner's steps with this library")
+    ap.add_argument("--peer-repeats", type=int, default=3)
     ap.add_argument("--out")
     args = ap.parse_args()
     clients = SPLITS[args.split][0]
     report: dict = {"settings": f"{args.split} x{clients}, Table 4 (PAPER_TABLE4)", "datasets": {}}
     for name in args.datasets.split(","):
         runs = [one(name, seed, args.split) for seed in range(args.seeds)]
+        if args.peer:
+            for seed, run in enumerate(runs):
+                run["peer"] = peer_work(name, seed, args.split, args.peer_repeats)
         report["datasets"][name] = {
             "runs": runs,
             "median_relative_runtime": statistics.median(r["relative_runtime"] for r in runs),
             "median_cpu_ratio": statistics.median(r["cpu_ratio"] for r in runs),
             "median_rdc_cells_ratio": statistics.median(r["rdc_cells_ratio"] for r in runs)}
+        if args.peer:
+            report["datasets"][name].update({
+                f"median_relative_learner_runtime_{lib}": statistics.median(
+                    r["peer"][lib]["relative_learner_runtime"] for r in runs)
+                for lib in ("fedpgm", args.peer) if all("error" not in r["peer"][lib] for r in runs)})
     emit(report, args.out)
 
 

@@ -18,6 +18,8 @@ float64 evaluation >= 10x SPFlow's rows/s.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 
 import numpy as np
@@ -52,15 +54,18 @@ def blobs():
 DATA = {"breast_cancer": breast_cancer, "blobs": blobs}
 
 
-def spflow_fit(train, min_instances):
+def spflow_fit(train, min_instances, threshold=THRESHOLD):
+    """SPFlow's LearnSPN with Gaussian leaves on every column (k-means row splits, RDC variable
+    splits); its k-means prints a line per split, kept off stdout (which carries the JSON)."""
     from spflow.learn import learn_spn
     from spflow.meta import Scope
     from spflow.modules.leaves import Normal
 
     torch.manual_seed(0)
     leaves = Normal(scope=Scope(list(range(train.shape[1]))), out_channels=1)
-    return learn_spn(torch.tensor(train, dtype=torch.float32), leaves, min_instances_slice=min_instances,
-                     partitioning_args={"threshold": THRESHOLD})
+    with contextlib.redirect_stdout(io.StringIO()):
+        return learn_spn(torch.tensor(train, dtype=torch.float32), leaves, min_instances_slice=min_instances,
+                         partitioning_args={"threshold": threshold})
 
 
 def spflow_loglik(model, x):

@@ -6,7 +6,7 @@ import pytest
 from conftest import discrete_schema, random_circuit
 
 from fedpgm.circuits import CompiledCircuit
-from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.io import from_payload, load_circuit, save_circuit, save_payload, to_payload
 from fedpgm.circuits.queries import log_likelihood
 from fedpgm.circuits.estimator import LearnSPN
 from fedpgm.data import load_dataset
@@ -104,3 +104,16 @@ def test_save_replaces_atomically(tmp_path):
     X = np.array([[0, 1, 0, 2]], dtype=float)
     assert log_likelihood(CompiledCircuit(back), X)[0] != log_likelihood(CompiledCircuit(c), X)[0]
     assert [p.name for p in tmp_path.iterdir()] == ["c"]
+
+
+def test_a_saved_payload_loads_as_the_circuit_and_the_payload_stays_as_sent(tmp_path):
+    c = random_circuit(discrete_schema(), 3)
+    doc, tensors = to_payload(c)
+    sent = json.dumps(doc)
+    save_payload(doc, tensors, tmp_path / "c")
+    assert json.dumps(doc) == sent  # the message's document carries no file record
+    back, _ = load_circuit(tmp_path / "c")
+    X = np.array([[0, 1, 0, 2], [1, 0, 1, 0]], dtype=float)
+    expected = log_likelihood(CompiledCircuit(c), X)
+    np.testing.assert_array_equal(log_likelihood(CompiledCircuit(back), X), expected)
+    np.testing.assert_array_equal(log_likelihood(CompiledCircuit(from_payload(doc, tensors, "sent")[0]), X), expected)

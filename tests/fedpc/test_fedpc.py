@@ -308,3 +308,21 @@ def test_the_papers_table4_settings_come_from_one_place():
                                                          for d in ("adult", "credit", "breast_cancer")}
     with pytest.raises(FedpgmError, match="Table 4 has no vertical setting for 'wine'"):
         paper_settings("vertical", "wine", FitSettings())
+
+
+def test_the_client_warm_up_answers_a_fit_and_leaves_no_folder(monkeypatch, tmp_path):
+    from fedpgm.fedpc import client
+
+    replies = []
+
+    def answering(request, ctx):
+        replies.append(real(request, ctx))
+        return replies[-1]
+
+    real = client.fit
+    monkeypatch.setattr(client, "fit", answering)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    client.warm_up()
+    assert [e["key"] for e in replies[0].config["circuits"]] == ["cluster0", "cluster1"]
+    assert sum(e["n"] for e in replies[0].config["circuits"]) == 64
+    assert list(tmp_path.iterdir()) == []

@@ -61,12 +61,15 @@ def to_payload(circuit: Circuit | DenseCircuit, meta: dict | None = None) -> tup
 
 def save_circuit(circuit: Circuit | DenseCircuit, folder: str | Path, meta: dict | None = None) -> Path:
     """Write the two files into ``folder`` (replaced atomically if it exists)."""
-    doc, tensors = to_payload(circuit, meta)
+    return save_payload(*to_payload(circuit, meta), folder)
+
+
+def save_payload(doc: dict, tensors: dict[str, np.ndarray], folder: str | Path) -> Path:
+    """Write a payload of ``to_payload`` as the two files into ``folder`` (replaced atomically)."""
     folder = Path(folder)
     with atomic_folder(folder) as tmp:
         save_file(tensors, str(tmp / PARAMS))
-        doc["params"] = file_record(tmp / PARAMS)
-        (tmp / STRUCTURE).write_text(json.dumps(doc, separators=(",", ":")))
+        (tmp / STRUCTURE).write_text(json.dumps({**doc, "params": file_record(tmp / PARAMS)}, separators=(",", ":")))
     return folder
 
 

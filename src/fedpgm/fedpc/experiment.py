@@ -22,12 +22,12 @@ import numpy as np
 from sklearn.metrics import f1_score
 
 from fedpgm.circuits.learners import DENSE_LEARNERS, ESTIMATORS
-from fedpgm.circuits.learnspn import warm_up
 from fedpgm.data import images
 from fedpgm.data import partition
 from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
+from fedpgm.fedpc.client import warm_up
 from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
@@ -93,7 +93,7 @@ def paper_settings(split: str, dataset: str, base: FitSettings) -> FitSettings:
 
 def centralized(ds: Dataset, settings: FitSettings):
     """The same learner on the pooled train split, under the clients' thread limits
-    (``fedpgm.threads``) and as warm as a client's process (``learnspn.warm_up``): (model, CPU
+    (``fedpgm.threads``) and as warm as a client's process (``fedpc.client.warm_up``): (model, CPU
     seconds)."""
     params = learner_params(settings.learner, settings.params, settings.seed)
     with one_thread():
