@@ -17,13 +17,14 @@ its rows). The counters wrap ``fedpgm.circuits.learnspn.rdc_matrix`` and
 ``--peer spflow`` (the paper's learner, SPFlow 1.1.0, an optional extra) repeats the learner's
 steps with both libraries on the same numbers: every column standardised on the table that
 learns it (the paper's preprocessing; Gaussian leaves throughout, so for data without
-categorical columns: breast cancer, credit), the centralized fit and each client's k-means
-split and cluster fits, the two libraries in turn (``--peer-repeats``, medians of CPU seconds,
-one thread). Its ``relative_learner_runtime`` is the slowest client's learner time over the
-centralized one's, per library: how much of the ratio the learner's fixed costs set. (No
-client policy floor here: SPFlow has no ``min_leaf_rows``.)
+categorical columns: breast cancer; SPFlow 1.1.0 fails on credit's Table 4 settings, recorded
+as that library's ``error``), the centralized fit and each client's k-means split and cluster
+fits, the two libraries in turn (``--peer-repeats``, medians of CPU seconds, one thread). Its
+``relative_learner_runtime`` is the slowest client's learner time over the centralized one's,
+per library: how much of the ratio the learner's fixed costs set. (No client policy floor
+here: SPFlow has no ``min_leaf_rows``.)
 
-    python benchmarks/fedpc_client_work.py --split vertical --datasets breast_cancer,credit \
+    python benchmarks/fedpc_client_work.py --split vertical --datasets breast_cancer --seeds 3 \
         --peer spflow --out docs/fedpc_vertical_work_spflow.json
 """
 
