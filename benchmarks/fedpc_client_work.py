@@ -31,6 +31,7 @@ here: SPFlow has no ``min_leaf_rows``.)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import time
@@ -45,7 +46,7 @@ from common import emit  # noqa: E402
 from fedpgm.circuits import learnspn  # noqa: E402
 from fedpgm.circuits.learners import ESTIMATORS  # noqa: E402
 from fedpgm.data import load_dataset, partition  # noqa: E402
-from fedpgm.fedpc.client import kmeans  # noqa: E402
+from fedpgm.fedpc.client import kmeans, standardised  # noqa: E402
 from fedpgm.fedpc.experiment import FitSettings, paper_settings, run_fedpc  # noqa: E402
 from fedpgm.fedpc.server import learner_params  # noqa: E402
 from fedpgm.threads import one_thread  # noqa: E402
@@ -114,14 +115,6 @@ def one(name: str, seed: int, split: str) -> dict:
     return out
 
 
-def standardised(frame) -> np.ndarray:
-    """(rows, columns) floats of a table: NaN -> column mean, each column to mean 0 and std 1."""
-    x = frame.to_numpy(dtype=float)
-    x = np.where(np.isnan(x), np.nanmean(x, axis=0), x)
-    sd = x.std(axis=0)
-    return (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
-
-
 def peer_work(name: str, seed: int, split: str, repeats: int) -> dict:
     """Median CPU seconds of the centralized fit and of each client's learner steps, fedpgm's
     LearnSPN and SPFlow's in turn on the same standardised tables; per library the slowest
@@ -137,8 +130,8 @@ def peer_work(name: str, seed: int, split: str, repeats: int) -> dict:
     fits = {"fedpgm": lambda x, m=size: ESTIMATORS["learnspn"](min_instances_slice=m, threshold=threshold,
                                                                 seed=seed).fit(x),
             "spflow": lambda x, m=size: spflow_fit(x, m, threshold)}
-    tables = {"centralized": standardised(ds.train)}
-    tables.update({f"client-{i}": standardised(c.train[c.schema.names])
+    tables = {"centralized": standardised(ds.train.to_numpy(dtype=float))}
+    tables.update({f"client-{i}": standardised(c.train[c.schema.names].to_numpy(dtype=float))
                    for i, c in enumerate(partition(ds, split, clients, seed, **options).clients)})
 
     def steps(library: str, who: str) -> None:
@@ -186,6 +179,10 @@ def main() -> None:
     ap.add_argument("--peer-repeats", type=int, default=3)
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.peer_repeats < 1:
+        ap.error(f"--peer-repeats must be >= 1, got {args.peer_repeats}")
+    if args.peer and importlib.util.find_spec(args.peer) is None:
+        ap.error(f"--peer {args.peer} is not installed: .venv/bin/pip install -c constraints.txt -e '.[bench]'")
     clients = SPLITS[args.split][0]
     report: dict = {"settings": f"{args.split} x{clients}, Table 4 (PAPER_TABLE4)", "datasets": {}}
     for name in args.datasets.split(","):

@@ -8,7 +8,7 @@ from fedpgm.federation.inprocess import InProcessFederation
 
 def test_warm_up_runs_once_per_process_before_the_first_handler():
     events = []
-    hs = HandlerSet("warm", warm_up=lambda: events.append("warm-up"))
+    hs = HandlerSet("warm", warm_up=lambda folder: events.append("warm-up"))
 
     @hs.train("step")
     def step(request, ctx):

@@ -321,8 +321,7 @@ def test_the_client_warm_up_answers_a_fit_and_leaves_no_folder(monkeypatch, tmp_
 
     real = client.fit
     monkeypatch.setattr(client, "fit", answering)
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    client.warm_up()
+    client.warm_up(tmp_path / "scratch")
     assert [e["key"] for e in replies[0].config["circuits"]] == ["cluster0", "cluster1"]
     assert sum(e["n"] for e in replies[0].config["circuits"]) == 64
     assert list(tmp_path.iterdir()) == []

@@ -108,9 +108,11 @@ class ClientContext:
 class HandlerSet:
     """Named handlers of one algorithm; ``kind`` is ``query`` or ``train`` (Flower's types).
     ``warm_up``: run once per process before its first handler, outside the handlers' own timing
-    (a client process serves many requests; its one-time library set-up is not a fit's work)."""
+    (a client process serves many requests; its one-time library set-up is not a fit's work),
+    given a scratch folder inside that client's work folder for any files it writes (removed
+    with the work folder if the process is killed)."""
 
-    def __init__(self, name: str, warm_up: Callable[[], None] | None = None) -> None:
+    def __init__(self, name: str, warm_up: Callable[[Path], None] | None = None) -> None:
         self.name = name
         self.handlers: dict[str, tuple[str, Handler]] = {}
         self.warm_up = warm_up
@@ -155,7 +157,7 @@ class HandlerSet:
         ctx.policy.check_family(self.name, ctx.client_id)
         _, fn = self.lookup(request.name)
         if self.warm_up is not None and not self.warm:
-            self.warm_up()
+            self.warm_up(ctx.workdir / ".warm-up")
             self.warm = True
         ctx.notes = []
         ctx.align()

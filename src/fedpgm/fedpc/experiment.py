@@ -27,10 +27,10 @@ from fedpgm.data import partition
 from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
-from fedpgm.fedpc.client import warm_up
 from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
+from fedpgm.fedpc.client import warm_up
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.server import fit_fedpc, learner_params
 from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
@@ -96,8 +96,8 @@ def centralized(ds: Dataset, settings: FitSettings):
     (``fedpgm.threads``) and as warm as a client's process (``fedpc.client.warm_up``): (model, CPU
     seconds)."""
     params = learner_params(settings.learner, settings.params, settings.seed)
-    with one_thread():
-        warm_up()
+    with one_thread(), private_tempdir("fedpgm-warm-up-") as scratch:
+        warm_up(scratch / "warm-up")
         t0 = time.process_time()
         model = ESTIMATORS[settings.learner](**params).fit(ds.train, ds.schema)
         return model, time.process_time() - t0
