@@ -33,7 +33,7 @@ from common import bar_panels, emit, mean_std  # noqa: E402
 
 from fedpgm.baselines.fedavg import fedavg, predict_proba  # noqa: E402
 from fedpgm.baselines.fedtree import fedtree_proba  # noqa: E402
-from fedpgm.baselines.splitnn import splitnn  # noqa: E402
+from fedpgm.baselines.splitnn import opt_in, splitnn  # noqa: E402
 from fedpgm.baselines.tabular import get_weights  # noqa: E402
 from fedpgm.data import load_dataset, partition  # noqa: E402
 from fedpgm.federation import InProcessFederation  # noqa: E402
@@ -82,7 +82,7 @@ def run_seed(name: str, seed: int, args) -> dict:
             out[f"FedAvg MLP {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]
                                                   + res["communication"]["bytes_down"], "n_params": size}
         elif "mlp" in args.methods and split == "vertical":
-            with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS") as fed:
+            with InProcessFederation(opt_in(part), "fedpgm.baselines.splitnn:HANDLERS") as fed:
                 res = splitnn(fed, epochs=args.epochs, seed=seed)
             m = classification(res["test_proba"], res["test_labels"].astype(float))
             out[f"SplitNN MLP {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]
@@ -109,7 +109,7 @@ def tabnet(ds, part, split: str, k: int, seed: int, truth) -> dict:
         out[f"FedAvg TabNet {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]
                                                   + res["communication"]["bytes_down"]}
     else:
-        with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS") as fed:
+        with InProcessFederation(opt_in(part), "fedpgm.baselines.splitnn:HANDLERS") as fed:
             res = splitnn(fed, epochs=20, seed=seed, arch="tabnet")
         m = classification(res["test_proba"], res["test_labels"].astype(float))
         out[f"SplitNN TabNet {split} x{k}"] = m | {"bytes": res["communication"]["bytes_up"]

@@ -20,6 +20,8 @@ import numpy as np
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
+from fedpgm.data.policy import PolicyRefusal
+from fedpgm.federation.contract import Column, Columns, Contract
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 
 HANDLERS = HandlerSet("naive_bayes")
@@ -27,17 +29,23 @@ VAR_SMOOTHING = 1e-9  # scikit-learn's GaussianNB default: times the largest col
 
 
 # -- client side: runs where the data is; answers with statistics only --------------------------
-@HANDLERS.query("class_sums")
+@HANDLERS.query("class_sums", Contract({"label": Column(), "columns": Columns()}, required=("label", "columns")))
 def class_sums(request: Message, ctx: ClientContext) -> Message:
-    """Per class: rows, column sums and sums of squares, for classes with ``min_rows`` or more rows."""
+    """Per class: rows, and per column the non-missing rows, sums and sums of squares, for classes
+    with ``min_rows`` or more rows. The rows are fixed (every labelled row; a column's sums skip
+    its missing values), so no choice of columns selects a different set of rows."""
     label, columns = request.config["label"], list(request.config["columns"])
-    ctx.data.schema.check_names([label, *columns])
-    table = ctx.data.train.dropna(subset=[label, *columns])
+    if label != ctx.data.schema.label:
+        raise PolicyRefusal(f"client '{ctx.client_id}' sends class sums only by its own label "
+                            f"'{ctx.data.schema.label}', not '{label}'")
+    table = ctx.data.train.dropna(subset=[label])
     y, x = table[label].to_numpy(dtype=int), table[columns].to_numpy(dtype=float)
+    seen, x = ~np.isnan(x), np.nan_to_num(x)
     classes = [c for c in np.unique(y) if (y == c).sum() >= ctx.policy.min_rows]  # own policy decides
     if not classes:
         raise FedpgmError(f"no class has {ctx.policy.min_rows} rows here; nothing can be sent")
     return Message("class_sums", {"classes": np.array(classes), "n": np.array([(y == c).sum() for c in classes]),
+                                  "count": np.stack([seen[y == c].sum(axis=0) for c in classes]),
                                   "sum": np.stack([x[y == c].sum(axis=0) for c in classes]),
                                   "sumsq": np.stack([(x[y == c] ** 2).sum(axis=0) for c in classes])})
 
@@ -46,17 +54,20 @@ def class_sums(request: Message, ctx: ClientContext) -> Message:
 def fit_naive_bayes(fed: Federation, label: str, columns: list[str], n_classes: int) -> dict:
     """Pooled class priors, means and variances from every client's class sums."""
     replies = fed.broadcast("class_sums", config={"label": label, "columns": columns}).require_all()
-    n, total, squares = np.zeros(n_classes), np.zeros((n_classes, len(columns))), np.zeros((n_classes, len(columns)))
+    n = np.zeros(n_classes)
+    count, total, squares = (np.zeros((n_classes, len(columns))) for _ in range(3))
     for m in replies.values():
         k = m["classes"].astype(int)
         n[k] += m["n"]
+        count[k] += m["count"]
         total[k] += m["sum"]
         squares[k] += m["sumsq"]
-    if (n == 0).any():
-        raise FedpgmError(f"classes {np.flatnonzero(n == 0).tolist()} reached the server from no client")
-    mean = total / n[:, None]
-    var = squares / n[:, None] - mean**2  # (classes, columns), the pooled maximum-likelihood variance
-    overall = squares.sum(axis=0) / n.sum() - (total.sum(axis=0) / n.sum()) ** 2  # (columns,) all classes
+    if (n == 0).any() or (count == 0).any():
+        missing = np.flatnonzero((n == 0) | (count == 0).any(axis=1)).tolist()
+        raise FedpgmError(f"classes {missing} reached the server from no client (or with a column never observed)")
+    mean = total / count
+    var = squares / count - mean**2  # (classes, columns), the pooled maximum-likelihood variance
+    overall = squares.sum(axis=0) / count.sum(axis=0) - (total.sum(axis=0) / count.sum(axis=0)) ** 2  # (columns,)
     var += VAR_SMOOTHING * overall.max()
     return {"label": label, "columns": columns, "prior": (n / n.sum()).tolist(), "mean": mean.tolist(),
             "var": var.tolist(), "n": n.astype(int).tolist(), "communication": fed.ledger.totals()}

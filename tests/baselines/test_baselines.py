@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from fedpgm.baselines.fedavg import fedavg, predict_proba
-from fedpgm.baselines.splitnn import splitnn
+from fedpgm.baselines.splitnn import opt_in, splitnn
 from fedpgm.baselines.tabular import get_weights, mlp, n_params
 from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
@@ -31,7 +31,7 @@ def test_fedavg_learns_and_sends_only_weights(cancer):
 
 
 def test_splitnn_learns_with_two_messages_per_batch(cancer):
-    part = partition(cancer, "vertical", 2, seed=0)
+    part = opt_in(partition(cancer, "vertical", 2, seed=0))
     audit = PrivacyAudit(part)
     with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS", audit=audit) as fed:
         result = splitnn(fed, epochs=8, batch_size=128)
@@ -48,7 +48,7 @@ def test_splitnn_encodes_each_clients_rows_once(cancer, monkeypatch):
     encoded = []
     real = module.encode
     monkeypatch.setattr(module, "encode", lambda frame, *a: encoded.append(len(frame)) or real(frame, *a))
-    part = partition(cancer, "vertical", 2, seed=0)
+    part = opt_in(partition(cancer, "vertical", 2, seed=0))
     with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS", mode="sequential") as fed:
         result = splitnn(fed, epochs=3, batch_size=128)
     # per client: the training rows once (for 3 x 4 batches, forward and backward), the test rows once
@@ -61,7 +61,7 @@ def test_baselines_refuse_the_wrong_federation(cancer):
                              mode="sequential") as fed:
         with pytest.raises(FedpgmError, match="horizontal federation"):
             fedavg(fed, rounds=1)
-    with InProcessFederation(partition(cancer, "horizontal", 2, seed=0), "fedpgm.baselines.splitnn:HANDLERS",
+    with InProcessFederation(opt_in(partition(cancer, "horizontal", 2, seed=0)), "fedpgm.baselines.splitnn:HANDLERS",
                              mode="sequential") as fed:
         with pytest.raises(FedpgmError, match="same row ids"):
             splitnn(fed, epochs=1)

@@ -7,7 +7,7 @@ import pytest
 
 from fedpgm.baselines.fedavg import fedavg, predict_proba
 from fedpgm.baselines.fedtree import fedtree_available, fedtree_proba
-from fedpgm.baselines.splitnn import splitnn
+from fedpgm.baselines.splitnn import opt_in, splitnn
 from fedpgm.baselines.tabular import network
 from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
@@ -49,7 +49,7 @@ def test_fedavg_and_splitnn_train_tabnet_and_send_no_rows(cancer):
     assert accuracy(predict_proba(result, cancer.test), cancer.test[cancer.schema.label]) > 0.85
     part = partition(cancer, "vertical", 2, seed=0)
     audit_v = PrivacyAudit(part)
-    with InProcessFederation(part, "fedpgm.baselines.splitnn:HANDLERS", audit=audit_v) as fed:
+    with InProcessFederation(opt_in(part), "fedpgm.baselines.splitnn:HANDLERS", audit=audit_v) as fed:
         result = splitnn(fed, epochs=20, batch_size=64, arch="tabnet")
     assert accuracy(result["test_proba"], result["test_labels"]) > 0.85
     assert audit.checked > 0 and audit_v.checked > 0

@@ -2,6 +2,7 @@
 
 from fedpgm.data import load_dataset, partition
 from fedpgm.federation.codec import Message
+from fedpgm.federation.contract import NOTHING
 from fedpgm.federation.handlers import HandlerSet
 from fedpgm.federation.inprocess import InProcessFederation
 
@@ -10,7 +11,7 @@ def test_warm_up_runs_once_per_process_before_the_first_handler():
     events = []
     hs = HandlerSet("warm", warm_up=lambda folder: events.append("warm-up"))
 
-    @hs.train("step")
+    @hs.train("step", NOTHING)
     def step(request, ctx):
         events.append(f"step {ctx.client_id}")
         return Message("step")

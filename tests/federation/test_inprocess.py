@@ -126,11 +126,12 @@ def test_bad_construction(cancer_parts):
 
 def test_state_must_be_arrays_or_json(cancer_parts):
     from fedpgm.federation.codec import Message
+    from fedpgm.federation.contract import NOTHING
     from fedpgm.federation.handlers import HandlerSet
 
     hs = HandlerSet("bad")
 
-    @hs.train("keep")
+    @hs.train("keep", NOTHING)
     def keep(request, ctx):
         ctx.state["model"] = object()
         return Message("keep")

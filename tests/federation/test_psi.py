@@ -14,6 +14,7 @@ from fedpgm.data.registry import load_dataset
 from fedpgm.data.schema import ROW_ID, Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation, align_rows
+from fedpgm.federation.contract import NOTHING
 from fedpgm.federation.handlers import ALIGNED, HandlerSet
 from fedpgm.fedpc.server import fit_fedpc
 
@@ -21,7 +22,7 @@ FEDPC = "fedpgm.fedpc.client:HANDLERS"
 ECHO = HandlerSet("echo")
 
 
-@ECHO.query("rows")
+@ECHO.query("rows", NOTHING)
 def rows(request, ctx):
     """The ids of the rows this client now works on (a test-only leak, never a real handler)."""
     from fedpgm.federation.codec import Message

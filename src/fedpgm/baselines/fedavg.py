@@ -20,19 +20,25 @@ from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
+from fedpgm.federation.contract import NOTHING, Array, Choice, Contract, Doc, Float, Int
 from fedpgm.federation.handlers import ClientContext, HandlerSet
-from fedpgm.federation.shares import secure_weighted_mean, weighted_share
+from fedpgm.federation.shares import SECURE, own_fraction, secure_weighted_mean, weighted_share
 
 HANDLERS = HandlerSet("fedavg")
+TRAIN = Contract({"stats": Doc(), "epochs": Int(1, 1000), "lr": Float(1e-7, 10.0), "batch_size": Int(1, 1 << 20),
+                  "hidden": Int(1, 4096), "layers": Int(1, 16), "arch": Choice("mlp", "tabnet"),
+                  "seed": Int(0, 2**63 - 1), "secure": SECURE},
+                 required=("stats", "epochs", "lr", "batch_size", "hidden", "layers", "arch", "seed"),
+                 arrays={"*": Array("f")}, update=True)
 
 
-@HANDLERS.query("describe")
+@HANDLERS.query("describe", NOTHING)
 def describe(request: Message, ctx: ClientContext) -> Message:
     return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ctx.data.train),
                                        "moments": local_moments(ctx.data.train, ctx.data.schema)})
 
 
-@HANDLERS.train("train")
+@HANDLERS.train("train", TRAIN)
 def train(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
     schema = ctx.data.schema
@@ -56,7 +62,8 @@ def train(request: Message, ctx: ClientContext) -> Message:
     weights = get_weights(model)
     if "secure" in cfg:  # a share of a secure sum: the server sees only the sum over clients
         group = {k: "all" for k in weights}
-        return Message("train", weighted_share(weights, float(cfg["secure"]["fraction"]), group, {"all"}), reply)
+        return Message("train", weighted_share(weights, own_fraction(cfg["secure"], len(x), ctx), group,
+                                                       {"all"}), reply)
     return Message("train", weights, reply)
 
 

@@ -6,6 +6,10 @@ embeddings. Per mini-batch: ``forward`` (the server names the batch by row posit
 order; clients reply with embeddings), the server's top step, then ``backward`` (each client
 receives the gradient of its embeddings and takes an SGD-with-momentum step). Bottom weights and
 momentum live in the client state as arrays, so every backend can keep them.
+
+SplitNN sends per-row values by design (the label column to the active party; an embedding of
+each row the server names), so no ``min_rows`` floor can hold: it is a baseline, and a client
+serves it only where its policy names it (``families``; ``opt_in``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -23,6 +28,9 @@ from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
+from fedpgm.data.partition import Partition
+from fedpgm.data.policy import FAMILIES
+from fedpgm.federation.contract import NOTHING, Array, Choice, Contract, Doc, Float, Int
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 
 HANDLERS = HandlerSet("splitnn")
@@ -32,7 +40,24 @@ def ordered(frame):
     return frame.sort_index()
 
 
-@HANDLERS.query("describe")
+NETWORK = {"stats": Doc(), "hidden": Int(1, 4096), "embedding": Int(1, 4096), "seed": Int(0, 2**63 - 1),
+           "arch": Choice("mlp", "tabnet")}
+FORWARD = Contract({**NETWORK, "lr": Float(0.0, 10.0), "momentum": Float(0.0, 1.0), "split": Choice("train", "test")},
+                   required=tuple(NETWORK), arrays={"rows": Array("iu")})
+BACKWARD = Contract({**NETWORK, "lr": Float(0.0, 10.0), "momentum": Float(0.0, 1.0)},
+                    required=(*NETWORK, "lr", "momentum"), arrays={"rows": Array("iu"), "grad": Array("f")})
+
+
+def opt_in(part: Partition) -> Partition:
+    """``part`` with every client's policy also serving SplitNN (for a run whose parties agreed to
+    it: the label column and per-row embeddings leave them)."""
+    for c in part.clients:
+        families = c.policy.families or tuple(f for f in FAMILIES if f != "splitnn")
+        c.policy = replace(c.policy, families=tuple(dict.fromkeys((*families, "splitnn"))))
+    return part
+
+
+@HANDLERS.query("describe", NOTHING)
 def describe(request: Message, ctx: ClientContext) -> Message:
     ids = "\n".join(map(str, ordered(ctx.data.train).index))
     return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ctx.data.train),
@@ -40,7 +65,7 @@ def describe(request: Message, ctx: ClientContext) -> Message:
                                        "ids_digest": hashlib.sha256(ids.encode()).hexdigest()})
 
 
-@HANDLERS.query("labels")
+@HANDLERS.query("labels", NOTHING)
 def labels(request: Message, ctx: ClientContext) -> Message:
     """The label column in row-id order (what the active party needs), train and test."""
     name = ctx.data.schema.label
@@ -68,7 +93,7 @@ def inputs(ctx: ClientContext, cfg: dict, split: str) -> torch.Tensor:
     return ctx.memo(f"splitnn/{split}/{json.dumps(cfg['stats'], sort_keys=True)}", compute)
 
 
-@HANDLERS.train("forward")
+@HANDLERS.train("forward", FORWARD)
 def forward(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
     split = cfg.get("split", "train")
@@ -80,7 +105,7 @@ def forward(request: Message, ctx: ClientContext) -> Message:
     return Message("forward", {"embedding": emb.numpy()})
 
 
-@HANDLERS.train("backward")
+@HANDLERS.train("backward", BACKWARD)
 def backward(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
     start = time.process_time()

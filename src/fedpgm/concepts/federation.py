@@ -41,8 +41,9 @@ from fedpgm.early_stopping import EarlyStopping
 from fedpgm.data.policy import PolicyRefusal
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
+from fedpgm.federation.contract import NOTHING, Array, Contract, Doc, Fields, Float, Int, Maybe
 from fedpgm.federation.handlers import ClientContext, HandlerSet
-from fedpgm.federation.shares import secure_weighted_mean, weighted_share
+from fedpgm.federation.shares import SECURE, own_fraction, secure_weighted_mean, weighted_share
 
 HANDLERS = HandlerSet("concepts")
 HANDLERS_PATH = "fedpgm.concepts.federation:HANDLERS"  # (what worker processes import)
@@ -65,7 +66,19 @@ def split_table(frame, task: str | None = None):
             np.where(np.isnan(codes), -1, codes).astype(np.int64), nodes)
 
 
-@HANDLERS.query("describe")
+# A train request: the model as a spec the client rebuilds with the family's constructor and its
+# weights; local training settings bounded (sizes, epochs); DP settings the policy may lower.
+TRAIN = Contract({"spec": Doc(),
+                  "settings": Fields({"epochs": Int(1, 1000), "lr": Float(1e-7, 10.0), "batch_size": Int(1, 1 << 20),
+                                      "gamma": Float(0.0, 1.0), "p_int": Float(0.0, 1.0), "seed": Int(0, 2**63 - 1)}),
+                  "dp": Maybe(Fields({"epsilon": Float(1e-6, 1e6), "total_epochs": Int(1, 10**6),
+                                      "delta": Float(1e-12, 0.5), "max_grad_norm": Float(1e-6, 1e3)},
+                                     required=("epsilon", "total_epochs"))),
+                  "secure": SECURE},
+                 required=("spec", "settings"), arrays={"*": Array("f")}, update=True)
+
+
+@HANDLERS.query("describe", NOTHING)
 def describe(request: Message, ctx: ClientContext) -> Message:
     graph = ctx.data.meta.get(GRAPH)
     if not graph:
@@ -80,7 +93,7 @@ def describe(request: Message, ctx: ClientContext) -> Message:
     return Message("describe", config=config)
 
 
-@HANDLERS.train("train")
+@HANDLERS.train("train", TRAIN)
 def train(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
     model = ConceptModel.from_spec(cfg["spec"])
@@ -105,7 +118,7 @@ def train(request: Message, ctx: ClientContext) -> Message:
         reply["epsilon_update"] = dp.update_epsilon(settings.epochs * dp.steps_per_epoch)
     if "secure" in cfg:  # a share of a secure sum: the server sees only the sum over clients
         state = arrays(model)
-        return Message("train", weighted_share(state, float(cfg["secure"]["fraction"]),
+        return Message("train", weighted_share(state, own_fraction(cfg["secure"], len(x), ctx),
                                                module_groups(model, state), set(units)), reply)
     return Message("train", arrays(model, units), reply)
 

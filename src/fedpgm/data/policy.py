@@ -6,7 +6,9 @@ handler runs and before any reply leaves (``HandlerSet.handle``), so every algor
 it without code of its own:
 
 - ``families``: the algorithm families (``HandlerSet`` names: fedpc, ngm, concepts, fedavg,
-  splitnn, moments, diagnostics) the client serves; a request for another is refused.
+  splitnn, moments, diagnostics, naive_bayes) the client serves; a request for another is
+  refused. None (the default): every family except SplitNN, a baseline that sends per-row values
+  (``OPT_IN``), which a client serves only where its policy names it.
 - ``min_rows`` (default 10): the fewest rows behind any statistic the client sends: a circuit
   leaf, a k-means cluster, a tree leaf, a mean. Handlers raise a server's smaller setting to it
   (``ctx.floor``) and say so in the reply (``config["policy"]``), or refuse where raising is not
@@ -14,6 +16,10 @@ it without code of its own:
 - ``max_epsilon`` / ``max_delta``: the differential privacy the client insists on where an
   algorithm trains under DP (F-CMs): a request without DP is refused, a larger epsilon or delta
   is lowered to the client's, and training stops once the client's budget is spent.
+- ``max_requests`` (default 10,000): the requests the client answers in one run (a run's state is
+  its own); past it every request is refused, which bounds what repeated questions can extract.
+- ``require_secure_aggregation`` (default off): model updates leave only as shares of a secure
+  sum (SecAgg+) over at least ``min_cohort`` clients; a plain training request is refused.
 - ``audit`` (default on): the privacy audit (``fedpgm.federation.privacy``) checks every reply
   against the client's own table before it leaves; a reply that carries rows is refused.
 """
@@ -21,11 +27,12 @@ it without code of its own:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from fedpgm.errors import FedpgmError
 
-FAMILIES = ("fedpc", "ngm", "concepts", "fedavg", "splitnn", "moments", "diagnostics")
+FAMILIES = ("fedpc", "ngm", "concepts", "fedavg", "splitnn", "moments", "diagnostics", "naive_bayes")
+OPT_IN = ("splitnn",)  # families that send per-row values (SplitNN: labels, embeddings): served only if named
 NODE_CONFIG_KEY = "policy"  # node config: policy='{"min_rows": 20, "families": ["fedpc"]}'
 
 
@@ -43,6 +50,10 @@ class ClientPolicy:
     max_epsilon: float | None = None  # None: DP not required
     max_delta: float = 1e-5
     audit: bool = True
+    max_requests: int = 10_000
+    require_secure_aggregation: bool = False
+    min_cohort: int = 2  # clients a secure sum must have for this client to add to it
+    max_psi_ids: int = 10_000_000  # ids another party's PSI request may hold
 
     def __post_init__(self) -> None:
         if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
@@ -56,17 +67,22 @@ class ClientPolicy:
             raise FedpgmError(f"policy max_epsilon must be > 0, got {self.max_epsilon!r}")
         if not 0 < self.max_delta < 1:
             raise FedpgmError(f"policy max_delta must lie in (0, 1), got {self.max_delta!r}")
-        if not isinstance(self.audit, bool):
-            raise FedpgmError(f"policy audit must be true or false, got {self.audit!r}")
+        for name in ("audit", "require_secure_aggregation"):
+            if not isinstance(getattr(self, name), bool):
+                raise FedpgmError(f"policy {name} must be true or false, got {getattr(self, name)!r}")
+        for name, least in (("max_requests", 1), ("min_cohort", 2), ("max_psi_ids", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise FedpgmError(f"policy {name} must be an integer >= {least}, got {value!r}")
 
     @classmethod
     def from_dict(cls, doc: dict) -> "ClientPolicy":
         if not isinstance(doc, dict):
             raise FedpgmError(f"a client policy is a JSON object, got {type(doc).__name__}")
-        unknown = sorted(set(doc) - {"min_rows", "families", "max_epsilon", "max_delta", "audit"})
+        keys = [f.name for f in fields(cls)]
+        unknown = sorted(set(doc) - set(keys))
         if unknown:
-            raise FedpgmError(f"unknown policy key(s) {unknown}; use min_rows, families, max_epsilon, "
-                              "max_delta, audit")
+            raise FedpgmError(f"unknown policy key(s) {unknown}; use {', '.join(keys)}")
         return cls(**doc)
 
     def to_dict(self) -> dict:
@@ -86,6 +102,9 @@ class ClientPolicy:
             raise FedpgmError(f"node config 'policy' is not a JSON object ({e})") from None
 
     def check_family(self, family: str, client: str) -> None:
+        if self.families is None and family in OPT_IN:
+            raise PolicyRefusal(f"client '{client}' serves '{family}' only where its policy names it (families): "
+                                f"it sends per-row values; see docs/security.md")
         if self.families is not None and family not in self.families:
             raise PolicyRefusal(f"client '{client}' does not serve '{family}' (its policy allows "
                                 f"{', '.join(self.families) or 'nothing'})")

@@ -11,41 +11,42 @@ import time
 from typing import Sequence
 
 from fedpgm.federation.codec import Message
+from fedpgm.federation.contract import NOTHING, Array, Contract, Flag, Float, Int, Text
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 
 HANDLERS = HandlerSet("diagnostics")
 
 
-@HANDLERS.query("echo")
+@HANDLERS.query("echo", Contract(arrays={"*": Array("biuf")}))
 def echo(request: Message, ctx: ClientContext) -> Message:
     return Message("echo", request.arrays, {"client": ctx.client_id})
 
 
-@HANDLERS.query("sleep")
+@HANDLERS.query("sleep", Contract({"seconds": Float(0.0, 3600.0)}))
 def sleep(request: Message, ctx: ClientContext) -> Message:
     time.sleep(float(request.config.get("seconds", 1.0)))
     return Message("sleep", config={"client": ctx.client_id})
 
 
-@HANDLERS.query("fail")
+@HANDLERS.query("fail", Contract({"reason": Text()}))
 def fail(request: Message, ctx: ClientContext) -> Message:
     raise RuntimeError(request.config.get("reason", "failing on request"))
 
 
-@HANDLERS.query("crash")
+@HANDLERS.query("crash", NOTHING)
 def crash(request: Message, ctx: ClientContext) -> Message:
     """Ends the client's process without a reply (in the in-process backend)."""
     os._exit(3)
 
 
-@HANDLERS.train("remember")
+@HANDLERS.train("remember", Contract({"value": Int(-10**9, 10**9)}))
 def remember(request: Message, ctx: ClientContext) -> Message:
     """Adds the request's ``value`` to a counter kept in state: state survives messages."""
     ctx.state["count"] = ctx.state.get("count", 0) + int(request.config.get("value", 1))
     return Message("remember", config={"count": ctx.state["count"]})
 
 
-@HANDLERS.train("contribute")
+@HANDLERS.train("contribute", Contract({"fail": Flag()}, arrays={"v": Array("f")}, update=True))
 def contribute(request: Message, ctx: ClientContext) -> Message:
     """Returns the vector ``v`` the server chose for this client (or fails if ``fail`` is set):
     the operand of secure-sum checks, never client data."""

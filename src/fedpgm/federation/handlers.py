@@ -4,11 +4,16 @@ A federated algorithm defines one ``HandlerSet``::
 
     HANDLERS = HandlerSet("moments")
 
-    @HANDLERS.query("describe")
+    @HANDLERS.query("describe", NOTHING)
     def describe(request: Message, ctx: ClientContext) -> Message: ...
 
-    @HANDLERS.train("fit")
+    @HANDLERS.train("fit", Contract({"clusters": Int(1, 64)}, required=("clusters",)))
     def fit(request: Message, ctx: ClientContext) -> Message: ...
+
+Every handler declares its request contract (``fedpgm.federation.contract``): each config field
+and array the server may send, with the range the client allows; ``HandlerSet.handle`` refuses a
+request outside it before the handler runs, and refuses every request past the policy's
+per-run budget (``max_requests``).
 
 Handlers see the request, the client's private data (``ctx.data``, a ``ClientData``, with its
 privacy policy ``ctx.policy``) and its state (``ctx.state``), and return a reply. The runtime
@@ -44,22 +49,29 @@ from fedpgm.data.partition import ClientData
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
+from fedpgm.federation.contract import Contract
+from fedpgm.federation.identity import Identity
 from fedpgm.federation.privacy import PrivacyAudit
 
 T = TypeVar("T")
 Handler = Callable[[Message, "ClientContext"], Message]
 JSON_TYPES = (str, int, float, bool, list, dict, type(None))
 ALIGNED = "align/rows"  # state: (rows,) int64 positions of the aligned training rows
+REQUESTS = "policy/requests"  # state: requests this client has answered in this run
 
 
 @dataclass
 class ClientContext:
     """What a client handler sees: its client id, its own data (train/test rows, schema), a
-    working folder for state kept between messages, and its privacy policy."""
+    working folder for state kept between messages, and its privacy policy; its identity (signing
+    key and the parties' roster) where the deployment gave it one; ``secure``: this request came
+    as a share of a secure sum."""
     client_id: str
     data: ClientData
     workdir: Path
     state: dict = field(default_factory=dict)
+    identity: Identity | None = None
+    secure: bool = False
     cache: dict = field(default_factory=dict, repr=False)  # derived values; never saved or sent
     notes: list = field(default_factory=list)  # what the policy changed in this message's request
 
@@ -114,32 +126,35 @@ class HandlerSet:
 
     def __init__(self, name: str, warm_up: Callable[[Path], None] | None = None) -> None:
         self.name = name
-        self.handlers: dict[str, tuple[str, Handler]] = {}
+        self.handlers: dict[str, tuple[str, Handler, Contract]] = {}
         self.warm_up = warm_up
         self.warm = False  # (per process: each worker imports its own HandlerSet)
 
-    def register(self, kind: str, name: str) -> Callable[[Handler], Handler]:
+    def register(self, kind: str, name: str, contract: Contract) -> Callable[[Handler], Handler]:
+        """Register the decorated handler for messages ``name`` whose requests ``contract`` bounds."""
+        if not isinstance(contract, Contract):
+            raise ValueError(f"handler '{name}' needs a Contract declaring what a server may send it")
         if kind not in ("query", "train"):
             raise ValueError(f"handler kind must be 'query' or 'train', got {kind!r}")
         if not name.isidentifier():
             raise ValueError(f"handler name {name!r} must be a Python identifier")
 
         def wrap(fn: Handler) -> Handler:
-            self.handlers[name] = (kind, fn)
+            self.handlers[name] = (kind, fn, contract)
             return fn
 
         return wrap
 
-    def query(self, name: str):
-        return self.register("query", name)
+    def query(self, name: str, contract: Contract):
+        return self.register("query", name, contract)
 
-    def train(self, name: str):
-        return self.register("train", name)
+    def train(self, name: str, contract: Contract):
+        return self.register("train", name, contract)
 
     def kind(self, name: str) -> str:
         return self.lookup(name)[0]
 
-    def lookup(self, name: str) -> tuple[str, Handler]:
+    def lookup(self, name: str) -> tuple[str, Handler, Contract]:
         """The handler of ``name``: this set's own, else the runtime's (``RUNTIME``)."""
         found = self.handlers.get(name) or (RUNTIME.handlers.get(name) if self is not RUNTIME else None)
         if found is None:
@@ -149,18 +164,29 @@ class HandlerSet:
 
     def routes(self) -> dict[str, str]:
         """Every message name this set answers, with its kind (its own and the runtime's)."""
-        return {name: kind for name, (kind, _) in {**RUNTIME.handlers, **self.handlers}.items()}
+        return {name: kind for name, (kind, _, _) in {**RUNTIME.handlers, **self.handlers}.items()}
 
     def handle(self, request: Message, ctx: ClientContext) -> Message:
-        """Run the handler under the client's policy: its family allow-list first; after, the
-        privacy audit of the reply (unless the policy turns it off) and the policy's notes."""
+        """Run the handler under the client's policy: its family allow-list, its per-run request
+        budget and the handler's contract first (nothing is computed for a request outside them);
+        after, the privacy audit of the reply (unless the policy turns it off) and the notes."""
         ctx.policy.check_family(self.name, ctx.client_id)
-        _, fn = self.lookup(request.name)
+        _, fn, contract = self.lookup(request.name)
+        answered = int(ctx.state.get(REQUESTS, 0))
+        if answered >= ctx.policy.max_requests:
+            raise PolicyRefusal(f"client '{ctx.client_id}' has answered {answered} requests in this run, its "
+                                f"policy's max_requests; start a new run")
+        ctx.state[REQUESTS] = answered + 1
+        if contract.update and ctx.policy.require_secure_aggregation and not ctx.secure:
+            raise PolicyRefusal(f"client '{ctx.client_id}' sends '{request.name}' updates only as shares of a "
+                                "secure sum (its policy requires secure aggregation); rerun with --secure-aggregation")
+        ctx.notes = []
+        ctx.align()
+        request = Message(request.name, request.arrays,
+                          contract.check(request.name, request.config, request.arrays, ctx))
         if self.warm_up is not None and not self.warm:
             self.warm_up(ctx.workdir / ".warm-up")
             self.warm = True
-        ctx.notes = []
-        ctx.align()
         reply = fn(request, ctx)
         if not isinstance(reply, Message):
             raise FedpgmError(f"handler '{request.name}' returned {type(reply).__name__}, not a Message")

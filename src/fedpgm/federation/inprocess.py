@@ -34,6 +34,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S, AuditHook, ClientFailure, Federation, Outcome, Payload
 from fedpgm.federation.codec import decode, encode
 from fedpgm.federation.handlers import ClientContext, HandlerSet, load_handlers
+from fedpgm.federation.identity import Identity
 from fedpgm.federation.lifecycle import guard, watch_parent, worker_signals
 from fedpgm.threads import limit_torch
 
@@ -53,15 +54,22 @@ OK, FAILED = b"\x00", b"\x01"
 
 
 def serve_one(handlers: HandlerSet, ctx: ClientContext, request) -> tuple[bytes, Payload]:
-    """Decode, handle, encode; returns (status, payload) with the error text on failure."""
+    """Decode, handle, encode; returns (status, payload) with the error text on failure. Every
+    failure, a request that does not decode (``CodecError``) included, is this client's error
+    reply: never a crash of the worker or, in sequential mode, of the run. The text is always
+    valid UTF-8 (a request may carry lone surrogates that an error message repeats)."""
     try:
         return OK, encode(handlers.handle(decode(request), ctx))
     except Exception as e:  # the client reports any failure of its handler to the server
-        return FAILED, f"{type(e).__name__}: {e}".encode()
+        try:
+            text = f"{type(e).__name__}: {e}"
+        except Exception:  # (an exception whose message cannot be made)
+            text = type(e).__name__
+        return FAILED, text.encode("utf-8", errors="backslashreplace")
 
 
 def client_process(conn: Connection, client_id: str, data: ClientData, handlers_path: str,
-                   workdir: str) -> None:
+                   workdir: str, identity: Identity) -> None:
     """Worker loop: one request at a time until the pipe closes or the parent dies (then the
     client's work folder is removed and the worker exits)."""
     worker_signals()
@@ -71,7 +79,7 @@ def client_process(conn: Connection, client_id: str, data: ClientData, handlers_
     threadpool_limits(1)
     limit_torch(1)
     handlers = load_handlers(handlers_path)
-    ctx = ClientContext(client_id, data, Path(workdir))
+    ctx = ClientContext(client_id, data, Path(workdir), identity=identity)
     while True:
         try:
             request = conn.recv_bytes()
@@ -99,10 +107,10 @@ def remove_workdir(workdir: Path) -> None:
 class Worker:
     """One client of the in-process backend: a worker process holding that client's data,
     reached through a pipe; it dies with its parent."""
-    def __init__(self, ctx, client: ClientData, handlers_path: str, workdir: Path) -> None:
+    def __init__(self, ctx, client: ClientData, handlers_path: str, workdir: Path, identity: Identity) -> None:
         self.conn, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=client_process, daemon=True,
-                                   args=(child, client.client_id, client, handlers_path, str(workdir)),
+                                   args=(child, client.client_id, client, handlers_path, str(workdir), identity),
                                    name=f"fedpgm-{client.client_id}")
         self.process.start()
         child.close()
@@ -177,17 +185,19 @@ class InProcessFederation(Federation):
         self.workers: dict[str, Worker] = {}
         try:
             dirs = {c.client_id: self.workdir / c.client_id for c in clients}
+            identities = Identity.generate(ids)  # one operator plays every party: it makes the roster
             for d in dirs.values():
                 d.mkdir(parents=True, exist_ok=True)
             if mode == "sequential":
                 self.handlers = handler_set
-                self.contexts = {c.client_id: ClientContext(c.client_id, c, dirs[c.client_id])
+                self.contexts = {c.client_id: ClientContext(c.client_id, c, dirs[c.client_id],
+                                                            identity=identities[c.client_id])
                                  for c in clients}
             else:
                 ctx = mp.get_context(start_method)
                 assert isinstance(handlers, str)  # (checked above: workers import the handlers by path)
                 for c in clients:
-                    self.workers[c.client_id] = Worker(ctx, c, handlers, dirs[c.client_id])
+                    self.workers[c.client_id] = Worker(ctx, c, handlers, dirs[c.client_id], identities[c.client_id])
         except BaseException:  # a half-built federation stops what it started and removes its folder
             self.close()
             raise

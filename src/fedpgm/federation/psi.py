@@ -41,10 +41,14 @@ from fedpgm.data.schema import ROW_ID
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
+from fedpgm.data.policy import PolicyRefusal
+from fedpgm.federation.contract import NOTHING, Array, Contract, ListOf, Text
 from fedpgm.federation.handlers import ALIGNED, RUNTIME, ClientContext
+from fedpgm.federation.identity import Identity
 
 ALIGNMENTS = ("none", "psi")
 KEY = "psi/key"  # state: this party's client key (uint8), between start and finish
+STEPS = "psi/steps"  # state: the PSI steps this party has taken in this run (each once)
 INSTALL = ("private row alignment needs openmined-psi; install it with `pip install --no-deps "
            "openmined-psi==2.0.6` (--no-deps: its protobuf pin conflicts with flwr's, and it runs "
            "with flwr's protobuf)")
@@ -83,7 +87,8 @@ def id_kind(index: pd.Index) -> str:
 
 
 def keep(ctx: ClientContext, matched: list[int]) -> int:
-    """Store the positions of this party's rows in the intersection, sorted by id."""
+    """Store the positions of this party's rows in the intersection, sorted by id: the run's
+    alignment, fixed from now on (``one_exchange``)."""
     index = ctx.unaligned.train.index
     rows = np.asarray(sorted(matched), dtype=np.int64)
     order = np.argsort(index.to_numpy()[rows], kind="stable")
@@ -92,15 +97,40 @@ def keep(ctx: ClientContext, matched: list[int]) -> int:
     return len(rows)
 
 
-@RUNTIME.query("psi_start")
+def identity_of(ctx: ClientContext) -> Identity:
+    if ctx.identity is None:
+        raise PolicyRefusal(f"client '{ctx.client_id}' has no identity key and roster, so it cannot authenticate "
+                            "the other parties' PSI messages; give its node the deployment's identity files")
+    return ctx.identity
+
+
+def one_exchange(ctx: ClientContext, step: str) -> None:
+    """Each step of PSI at most once per run, and none once the run's rows are aligned."""
+    done = list(ctx.state.get(STEPS, []))
+    if step in done or (ALIGNED in ctx.state and step != "psi_finish"):
+        raise PolicyRefusal(f"client '{ctx.client_id}' has already taken part in this run's row alignment "
+                            f"('{step}' once per run); start a new run to align again")
+    ctx.state[STEPS] = done + [step]
+
+
+def bounded(psi, ctx: ClientContext, request) -> None:
+    n = len(request.encrypted_elements)
+    if n > ctx.policy.max_psi_ids:
+        raise PolicyRefusal(f"client '{ctx.client_id}' serves PSI requests of at most {ctx.policy.max_psi_ids} ids "
+                            f"(its policy's max_psi_ids), got {n}")
+
+
+@RUNTIME.query("psi_start", NOTHING)
 def start(request: Message, ctx: ClientContext) -> Message:
-    """A fresh key; the request (ids blinded with it) and the id count."""
+    """A fresh key; the request (ids blinded with it), signed, and the id count."""
     psi = psi_module()
+    me = identity_of(ctx)
+    one_exchange(ctx, "psi_start")
     ids, index = id_strings(ctx)
-    ctx.state.pop(ALIGNED, None)
     client = psi.client.CreateWithNewKey(True)
     ctx.state[KEY] = np.frombuffer(client.GetPrivateKeyBytes(), np.uint8).copy()
-    return Message("psi_start", {"request": blob(client.CreateRequest(ids))},
+    blinded = blob(client.CreateRequest(ids))
+    return Message("psi_start", {"request": blinded, "signature": me.sign("psi_start", blinded)},
                    {"n_ids": len(ids), "id_kind": id_kind(index)})
 
 
@@ -120,26 +150,46 @@ def own_key(psi, ctx: ClientContext):
     return psi.client.CreateFromKey(np.asarray(ctx.state[KEY], np.uint8).tobytes(), True)
 
 
-@RUNTIME.query("psi_serve")
+@RUNTIME.query("psi_serve", Contract({"leader": Text()}, required=("leader",),
+                                     arrays={"request": Array("u"), "signature": Array("u", 64)}))
 def serve_leader(request: Message, ctx: ClientContext) -> Message:
-    """Answer the leader's request and send this party's ids under a fresh key."""
+    """Answer the leader's request (only one the leader signed, once per run, of a bounded size) and
+    send this party's ids under a fresh key, signed for the leader."""
     psi = psi_module()
+    me, leader = identity_of(ctx), request.config["leader"]
+    me.verify(leader, request.arrays["signature"], "psi_start", request.arrays["request"])
+    one_exchange(ctx, "psi_serve")
+    parsed = parse(psi.Request, request.arrays["request"])
+    bounded(psi, ctx, parsed)
     ids, _ = id_strings(ctx)
-    return Message("psi_serve", serve(psi, ids, {"leader": request.arrays["request"]}))
+    out = serve(psi, ids, {"leader": request.arrays["request"]})
+    out["signature"] = me.sign("psi_serve", leader, out["setup"], out["response/leader"])
+    return Message("psi_serve", out)
 
 
-@RUNTIME.query("psi_intersect")
+@RUNTIME.query("psi_intersect", Contract({"parties": ListOf(Text(), 1024, unique=True)}, required=("parties",),
+                                         arrays={"*": Array("u")}))
 def intersect(request: Message, ctx: ClientContext) -> Message:
-    """Leader: I = the ids every party holds; then serve I to each party's request."""
+    """Leader: I = the ids every party holds (from answers each party signed); then serve I to each
+    party's own signed request, signing each answer for that party."""
     psi = psi_module()
+    me = identity_of(ctx)
+    one_exchange(ctx, "psi_intersect")
     ids, _ = id_strings(ctx)
     client = own_key(psi, ctx)
     parties = list(request.config["parties"])
+    if not parties or ctx.client_id in parties:
+        raise PolicyRefusal(f"client '{ctx.client_id}' refuses an intersection over parties {parties}")
     common = set(range(len(ids)))
     empty = []
     for p in parties:
-        setup = parse(psi.ServerSetup, request.arrays[f"setup/{p}"])
-        found = client.GetIntersection(setup, parse(psi.Response, request.arrays[f"response/{p}"]))
+        a = {k: request.arrays.get(f"{k}/{p}") for k in ("setup", "response", "request", "serve_sig", "start_sig")}
+        if any(v is None for v in a.values()):
+            raise PolicyRefusal(f"client '{ctx.client_id}' got an incomplete PSI answer from '{p}'")
+        me.verify(p, a["serve_sig"], "psi_serve", ctx.client_id, a["setup"], a["response"])
+        me.verify(p, a["start_sig"], "psi_start", a["request"])
+        bounded(psi, ctx, parse(psi.Request, a["request"]))
+        found = client.GetIntersection(parse(psi.ServerSetup, a["setup"]), parse(psi.Response, a["response"]))
         if not found:
             empty.append(p)
         common &= set(found)
@@ -148,17 +198,25 @@ def intersect(request: Message, ctx: ClientContext) -> Message:
         return Message("psi_intersect", config={"n_rows": 0, "empty_with": empty})
     n = keep(ctx, list(common))
     shared = [ids[i] for i in sorted(common)]
-    return Message("psi_intersect", serve(psi, shared, {p: request.arrays[f"request/{p}"] for p in parties}),
-                   {"n_rows": n, "empty_with": []})
+    out = serve(psi, shared, {p: request.arrays[f"request/{p}"] for p in parties})
+    for p in parties:
+        out[f"signature/{p}"] = me.sign("psi_intersect", p, out["setup"], out[f"response/{p}"])
+    return Message("psi_intersect", out, {"n_rows": n, "empty_with": []})
 
 
-@RUNTIME.query("psi_finish")
+@RUNTIME.query("psi_finish", Contract({"leader": Text()}, required=("leader",),
+                                      arrays={"setup": Array("u"), "response": Array("u"),
+                                              "signature": Array("u", 64)}))
 def finish(request: Message, ctx: ClientContext) -> Message:
-    """Which of this party's ids are in I (served by the leader)."""
+    """Which of this party's ids are in I: only from the leader's signed answer to this party's own
+    request of this run (nothing the relay makes up)."""
     psi = psi_module()
+    me, leader = identity_of(ctx), request.config["leader"]
+    a = request.arrays
+    me.verify(leader, a["signature"], "psi_intersect", ctx.client_id, a["setup"], a["response"])
+    one_exchange(ctx, "psi_finish")
     client = own_key(psi, ctx)
-    found = client.GetIntersection(parse(psi.ServerSetup, request.arrays["setup"]),
-                                   parse(psi.Response, request.arrays["response"]))
+    found = client.GetIntersection(parse(psi.ServerSetup, a["setup"]), parse(psi.Response, a["response"]))
     return Message("psi_finish", config={"n_rows": keep(ctx, found)})
 
 
@@ -187,11 +245,14 @@ def align_rows(fed: Federation, leader: str | None = None) -> dict:
     if differ:
         raise FedpgmError(f"client(s) {differ} hold {kinds[differ[0]]} row ids where '{leader}' holds "
                           f"{kinds[leader]} ones; give every party's {ROW_ID} the same format")
-    request = started[leader].arrays["request"]
-    served = fed.broadcast("psi_serve", {"request": request}, clients=others).require_all()
+    lead = started[leader].arrays
+    served = fed.broadcast("psi_serve", {"request": lead["request"], "signature": lead["signature"]},
+                           {"leader": leader}, clients=others).require_all()
     arrays = {f"{k}/{p}": v for p in others for k, v in (("setup", served[p].arrays["setup"]),
                                                           ("response", served[p].arrays["response/leader"]),
-                                                          ("request", started[p].arrays["request"]))}
+                                                          ("serve_sig", served[p].arrays["signature"]),
+                                                          ("request", started[p].arrays["request"]),
+                                                          ("start_sig", started[p].arrays["signature"]))}
     inter = fed.send(leader, "psi_intersect", arrays, {"parties": others}).require_all()[leader]
     n = int(inter.config["n_rows"])
     if n == 0:
@@ -199,7 +260,8 @@ def align_rows(fed: Federation, leader: str | None = None) -> dict:
         raise FedpgmError(f"the parties hold no row id in common (client(s) {with_whom} share none with "
                           f"'{leader}'); check that every party's {ROW_ID} column uses the same ids")
     per: dict[str, tuple[dict, dict]] = {
-        p: ({"setup": inter.arrays["setup"], "response": inter.arrays[f"response/{p}"]}, {}) for p in others}
+        p: ({"setup": inter.arrays["setup"], "response": inter.arrays[f"response/{p}"],
+             "signature": inter.arrays[f"signature/{p}"]}, {"leader": leader}) for p in others}
     done = fed.broadcast("psi_finish", clients=others, per_client=per).require_all()
     wrong = {p: int(m.config["n_rows"]) for p, m in done.items() if int(m.config["n_rows"]) != n}
     if wrong:

@@ -16,23 +16,26 @@ import numpy as np
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
+from fedpgm.federation.contract import NOTHING, Columns, Contract, Int
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 
 HANDLERS = HandlerSet("moments")
 
 
-@HANDLERS.query("describe")
+@HANDLERS.query("describe", NOTHING)
 def describe(request: Message, ctx: ClientContext) -> Message:
     """Column names and row count: never data."""
     return Message("describe", config={"columns": ctx.data.columns, "n_rows": len(ctx.data.train)})
 
 
-@HANDLERS.query("moments")
+@HANDLERS.query("moments", Contract({"columns": Columns(), "min_rows": Int(1, 10**9)}, required=("columns",)))
 def moments(request: Message, ctx: ClientContext) -> Message:
+    """Row count, mean and scatter of ``columns`` over this client's complete rows: rows with no
+    missing value in any of its columns, a set fixed whatever the request names (so no choice of
+    columns can single rows out by their missing values)."""
     cols = list(request.config["columns"])
-    ctx.data.schema.check_names(cols)
-    x = ctx.data.train[cols].to_numpy(dtype=float)
-    x = x[~np.isnan(x).any(axis=1)]
+    complete = ctx.data.train.notna().all(axis=1).to_numpy()
+    x = ctx.data.train[cols].to_numpy(dtype=float)[complete]
     min_rows = max(int(request.config.get("min_rows", 5)), ctx.policy.min_rows)
     if len(x) < min_rows:
         raise FedpgmError(f"only {len(x)} complete rows (< min_rows={min_rows}); statistics of so "

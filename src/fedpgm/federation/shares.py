@@ -2,16 +2,38 @@
 server divides, so that the server learns the row-weighted mean of the clients' arrays and
 nothing else.
 
-Each client adds its arrays times its share of the rows (``fraction`` = its rows / the round's
-rows, at most 1, which keeps values inside SecAgg+'s range) and, per group of arrays it trained
-(an F-CM module; FedAvg: all of them), that fraction; the server divides each summed array by its
-group's summed fraction. With every client active this is FedAvg's weighted mean; with dropouts,
-the mean over the survivors; with module-wise training, the module-wise mean.
+Each client adds its arrays times its share of the rows (``fraction`` = its own rows / the
+round's rows, at most 1, which keeps values inside SecAgg+'s range; the client computes it from
+its own row count, ``own_fraction``, the server only announces the round's total and cohort)
+and, per group of arrays it trained (an F-CM module; FedAvg: all of them), that fraction; the
+server divides each summed array by its group's summed fraction. With every client active this
+is FedAvg's weighted mean; with dropouts, the mean over the survivors; with module-wise training,
+the module-wise mean.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from fedpgm.data.policy import PolicyRefusal
+from fedpgm.federation.contract import Fields, Int
+
+SECURE = Fields({"total_rows": Int(1, 10**12), "cohort": Int(2, 10**6)}, required=("total_rows", "cohort"))
+
+
+def own_fraction(secure: dict, n_rows: int, ctx) -> float:
+    """This client's weight in a secure weighted mean: its own rows over the round's
+    ``total_rows``. Refused where the round is smaller than the policy's ``min_cohort`` or its
+    total leaves less than ``min_rows`` rows for each other client (the server announcing this
+    client's own rows as the total, to read its vector off the sum)."""
+    cohort, total, floor = int(secure["cohort"]), int(secure["total_rows"]), ctx.policy.min_rows
+    if cohort < ctx.policy.min_cohort:
+        raise PolicyRefusal(f"client '{ctx.client_id}' adds to secure sums of at least {ctx.policy.min_cohort} "
+                            f"clients (its policy's min_cohort); this round has {cohort}")
+    if total < n_rows + (cohort - 1) * floor:
+        raise PolicyRefusal(f"client '{ctx.client_id}' refuses a secure round of {total} rows over {cohort} clients: "
+                            f"it holds {n_rows} itself, so the others could hold fewer than {floor} each")
+    return n_rows / total
 
 
 def weighted_share(arrays: dict[str, np.ndarray], fraction: float, group_of: dict[str, str],
@@ -46,9 +68,11 @@ def secure_weighted_mean(fed, name: str, arrays: dict[str, np.ndarray], config: 
                          group_of: dict[str, str]) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
     """One round of ``name`` whose row-weighted mean of ``arrays`` (per group) the server learns
     by ``fed.secure_sum`` only: each client in ``rows`` (client -> its rows) gets ``config`` plus
-    its share of the rows; returns the mean and each survivor's reply config."""
+    the round's total rows and cohort, and weighs itself (``own_fraction``); returns the mean and
+    each survivor's reply config."""
     total = sum(rows.values())
     order = share_order(list(arrays), group_of)
-    requests = {c: (arrays, {**config, "secure": {"fraction": n / total}}) for c, n in rows.items()}
+    secure = {"total_rows": total, "cohort": len(rows)}
+    requests = {c: (arrays, {**config, "secure": secure}) for c in rows}
     sums, replies = fed.secure_sum(name, order, requests)
     return weighted_mean(dict(zip(order, sums)), group_of, 0.5 * min(rows.values()) / total), replies

@@ -6,8 +6,8 @@
   client's own subspace, its rows clustered by k-means on those columns only and one circuit per
   cluster. The circuits are kept in the client's work folder; the reply carries them (structure
   JSON in the config, packed parameters as arrays) only for server placement. With aligned
-  gluing the reply also carries each row's cluster index, keyed by a salted 64-bit hash of its
-  row id: memberships, not data.
+  gluing the reply also carries each row's cluster index in row-id order (by position; no id
+  nor hash of one): memberships, not data.
 - ``loglik``: per-row log-likelihoods of the kept circuits for query rows the server sends
   (only the columns this client holds); split placement evaluates the FedPC this way.
 - ``fit_tree``: FC[DT]'s expert (bagged or boosted decision trees) on this client's columns and
@@ -36,6 +36,8 @@ from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
+from fedpgm.federation.contract import (NOTHING, Array, Choice, Columns, Contract, Fields, Flag, Float, Int, ListOf,
+                                        Maybe, Text)
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 from fedpgm.fedpc.trees import Expert, expert_message
 
@@ -53,7 +55,7 @@ def warm_up(folder: Path) -> None:
     schema = Schema(tuple(Feature(f"x{j}", "continuous") for j in range(3)))
     data = ClientData("warm-up", schema, pd.DataFrame(x, columns=schema.names), policy=ClientPolicy(min_rows=1))
     config = {"shared": [], "own": schema.names, "clusters": 2, "learner": "learnspn", "send": True,
-              "params": {"min_instances_slice": 16}, "memberships": False, "salt": ""}
+              "params": {"min_instances_slice": 16}, "memberships": False}
     try:
         fit(Message("fit", config=config), ClientContext("warm-up", data, folder))
     finally:
@@ -62,15 +64,40 @@ def warm_up(folder: Path) -> None:
 
 HANDLERS = HandlerSet("fedpc", warm_up=warm_up)
 FOLDER = "fedpc"
+BIG = 10**9  # a row count no table reaches: "no upper bound" for row settings
+
+# Every learner setting a server may send, bounded so that no request can make a client spend
+# unbounded memory or time; each learner's own parameter validation checks the rest.
+PARAMS = Fields({
+    "seed": Int(0, 2**32 - 1), "leaf": Choice("gaussian", "histogram", "bernoulli", "categorical"),
+    "precision": Choice("float32", "float64"), "min_std_fraction": Float(1e-6, 1.0), "by_label": Flag(),
+    "min_leaf_rows": Int(1, BIG),
+    # learnspn
+    "min_instances_slice": Int(1, BIG), "threshold": Float(0.0, 1.0), "leaf_model": Text(32),
+    "alpha": Float(0.0, 1e3), "row_clusters": Int(2, 16), "em_iterations": Int(0, 1000),
+    "latent_states": Int(1, 64), "em_batch_size": Maybe(Int(1, BIG)),
+    # learnspn-cv
+    "budget_s": Float(0.1, 3600.0), "valid_fraction": Float(0.01, 0.5), "min_instances_floor": Int(1, BIG),
+    "max_em_iterations": Maybe(Int(0, 1000)),
+    # ratspn and pd
+    "depth": Int(1, 8), "repetitions": Int(1, 64), "n_sums": Int(1, 64), "n_inputs": Int(1, 64),
+    "batch_size": Maybe(Int(1, BIG)), "restarts": Int(1, 16),
+    "structure": Text(32), "units": Int(1, 64), "pieces": Int(1, 64), "cell": Maybe(Int(1, 64)),
+    "method": Text(32), "epochs": Int(1, 1000), "frequency": Int(1, 1000), "step": Float(0.0, 1.0),
+    "lr": Float(0.0, 10.0), "min_var": Float(1e-9, 1.0), "max_var": Float(1e-9, 1e3), "device": Choice("auto", "cpu"),
+})
+FIT = Contract({"shared": ListOf(Columns(), 64), "own": Columns(), "learner": Choice(*ESTIMATORS),
+                "clusters": Int(1, 256), "params": PARAMS, "send": Flag(), "memberships": Flag()},
+               required=("shared", "own", "learner", "clusters", "params", "send"))
+LOGLIK = Contract({"columns": Columns()}, required=("columns",),
+                  arrays={"X": Array("f", 1 << 26)})
+FIT_TREE = Contract({"ensemble": Choice("bagging", "boosting"), "max_depth": Maybe(Int(1, 32)),
+                     "min_samples_leaf": Maybe(Int(1, BIG)), "seed": Int(0, 2**32 - 1), "trees": Int(1, 1000),
+                     "reference_columns": Maybe(Columns())},
+                    required=("max_depth", "seed"))
 
 
-def row_hashes(ids, salt: str) -> np.ndarray:
-    """(rows,) uint64: a salted 64-bit hash of each row id (how rows are matched across clients)."""
-    return np.array([int.from_bytes(hashlib.blake2b(f"{salt}:{i}".encode(), digest_size=8).digest(), "little")
-                     for i in ids], dtype=np.uint64)
-
-
-@HANDLERS.query("describe")
+@HANDLERS.query("describe", NOTHING)
 def describe(request: Message, ctx: ClientContext) -> Message:
     ids = sorted(str(i) for i in ctx.data.train.index)
     digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
@@ -158,7 +185,7 @@ def merge_small(ctx: ClientContext, names: list[str], labels: np.ndarray, by_lab
     return labels
 
 
-@HANDLERS.train("fit")
+@HANDLERS.train("fit", FIT)
 def fit(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
     learner, params = cfg["learner"], dict(cfg["params"])
@@ -203,14 +230,14 @@ def fit(request: Message, ctx: ClientContext) -> Message:
             if len(rows) == 0:
                 raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
             add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
-        if cfg.get("memberships"):
-            arrays["memberships/ids"] = row_hashes(ctx.data.train.index, cfg["salt"])
-            arrays["memberships/cluster"] = labels.astype(np.int32)
+        if cfg.get("memberships"):  # by position in row-id order: no id, no hash of one leaves
+            order = np.argsort(ctx.data.train.index.to_numpy(), kind="stable")
+            arrays["memberships/cluster"] = labels[order].astype(np.int32)
     ctx.state["fedpc_keys"] = [e["key"] for e in entries]
     return Message("fit", arrays, {"circuits": entries, "seconds": time.process_time() - start})
 
 
-@HANDLERS.query("loglik")
+@HANDLERS.query("loglik", LOGLIK)
 def loglik(request: Message, ctx: ClientContext) -> Message:
     """(rows, circuits) log-likelihoods of the kept circuits on the query rows sent."""
     keys = ctx.state.get("fedpc_keys")
@@ -225,7 +252,7 @@ def loglik(request: Message, ctx: ClientContext) -> Message:
     return Message("loglik", {"loglik": out}, {"keys": keys})
 
 
-@HANDLERS.train("fit_tree")
+@HANDLERS.train("fit_tree", FIT_TREE)
 def fit_tree(request: Message, ctx: ClientContext) -> Message:
     """FC[DT]: this client's expert (bagged or boosted trees, ``fedpc.trees``) on its columns and
     labelled rows, and with ``reference_columns`` a second one on those (shared) columns only, as

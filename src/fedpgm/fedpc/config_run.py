@@ -163,13 +163,14 @@ def baseline_run(kind: str, ds, run: dict, part_options: dict, seed: int, settin
     run's partition; ``settings`` is ``true`` (defaults) or a table of options (checked by
     ``read_config``). Returns its classification metrics and bytes."""
     from fedpgm.baselines.fedavg import fedavg, predict_proba
-    from fedpgm.baselines.splitnn import splitnn
+    from fedpgm.baselines.splitnn import opt_in, splitnn
 
     split = "horizontal" if kind == "fedavg" else "vertical"
     if progress:
         progress(f"{BASELINE_NAMES[kind]} {split} x{run['clients']}")
     kw = dict(settings) if isinstance(settings, dict) else {}
     part = partition(ds, split, run["clients"], seed, **part_options)
+    part = part if kind == "fedavg" else opt_in(part)  # (one operator runs every party: a baseline)
     with InProcessFederation(part, f"fedpgm.baselines.{kind}:HANDLERS") as fed:
         res = (fedavg if kind == "fedavg" else splitnn)(fed, seed=seed, **kw)
     proba, truth = ((predict_proba(res, ds.test), truth) if kind == "fedavg"

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections import Counter
 
@@ -134,7 +133,6 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
         raise FedpgmError("min_clients applies to horizontal federations only: a vertical or hybrid "
                           "FedPC needs every party's columns")
     check_alignment(described, spaces)
-    salt = secrets.token_hex(16)
     per_client: dict[str, tuple[dict, dict]] = {}
     for c in described:
         shared = [names for names, holders in spaces if c in holders and len(holders) > 1]
@@ -144,7 +142,7 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
                               "lower --clusters")
         per_client[c] = ({}, {"shared": shared, "own": own, "clusters": clusters, "learner": learner,
                               "params": params, "send": placement == "server",
-                              "memberships": glue_how == "aligned", "salt": salt})
+                              "memberships": glue_how == "aligned"})
     server_cpu = time.process_time() - server_cpu
     replies = fed.broadcast("fit", clients=list(per_client), per_client=per_client).require(min_clients)
     shared_spaces = {j for j, (_, holders) in enumerate(spaces) if len(holders) > 1}
@@ -195,7 +193,7 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
     if alignment is not None:
         info["alignment"] = alignment
     if glue_how == "aligned":
-        info["shared_with_server"] = "cluster index of every row, keyed by a salted hash of its row id"
+        info["shared_with_server"] = "cluster index of every row, by position in row-id order"
     if circuit is not None:
         info.update(circuit.stats())
     if dense:
@@ -205,16 +203,18 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
 
 
 def memberships(replies: dict, spaces) -> dict[tuple, int]:
-    """Counts of cluster-index tuples over the rows every clustering client holds (by id hash)."""
-    columns: list[dict | None] = []  # per subspace: row-id hash -> cluster index (None: shared)
+    """Counts of cluster-index tuples over the rows, matched by position: every clustering client
+    sends its rows' cluster indices in row-id order, and their rows align (same ids, or PSI)."""
+    columns: list[np.ndarray | None] = []  # per subspace: (rows,) cluster index (None: shared)
     for _names, holders in spaces:
-        if len(holders) > 1:
-            columns.append(None)  # a shared subspace has a single alternative
-            continue
-        m = replies[holders[0]]
-        columns.append(dict(zip(m.arrays["memberships/ids"].tolist(), m.arrays["memberships/cluster"].tolist())))
-    keyed = [c for c in columns if c is not None]
-    if not keyed:
+        m = replies[holders[0]] if len(holders) == 1 else None  # a shared subspace: one alternative
+        columns.append(None if m is None else np.asarray(m.arrays["memberships/cluster"]))
+    sizes = {len(c) for c in columns if c is not None}
+    if not sizes:
         return {}
-    common = set(keyed[0]).intersection(*keyed[1:])
-    return dict(Counter(tuple(0 if col is None else col[row] for col in columns) for row in common))
+    if len(sizes) > 1:
+        raise FedpgmError(f"aligned gluing needs the clustering clients' rows aligned, but they hold "
+                          f"{sorted(sizes)} rows; align them with --align psi, or use --glue random")
+    n = sizes.pop()
+    table = np.stack([np.zeros(n, dtype=np.int64) if c is None else c for c in columns], axis=1)
+    return dict(Counter(map(tuple, table.tolist())))

@@ -1,5 +1,9 @@
 """FedNGM client handlers. Replies carry graphs, models and metrics, never rows.
 
+Each handler refuses a client with fewer training rows than its policy's ``min_rows`` (and
+``stitch`` a target with fewer known test rows), and every quantile a model carries is a mean
+of at least ``min_rows`` values (``fedpgm.ngm.layout.block_quantiles``).
+
 - ``describe``: the schema of the columns held and the number of training rows.
 - ``graph``: the client's dependency graph over all its columns (edge list), recovered from
   its own rows (``method`` glasso/bn/ngr, ``sparsity``).
@@ -25,7 +29,10 @@ import numpy as np
 
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
+from fedpgm.federation.contract import (NOTHING, Array, Choice, Columns, Contract, Doc, Fields, Flag, Float, Int,
+                                        ListOf, Text)
 from fedpgm.federation.handlers import ClientContext, HandlerSet
+from fedpgm.ngm.graph import GRAPH_METHODS
 from fedpgm.ngm.graph import adjacency, from_edges, recover_graph, to_edges
 from fedpgm.ngm.metrics import target_metrics
 from fedpgm.ngm.model import NGM, NGMSettings
@@ -33,6 +40,14 @@ from fedpgm.ngm.stitch import stitch as stitch_model
 
 HANDLERS = HandlerSet("ngm")
 FOLDER = "ngm"
+
+# What a server may ask of an NGM client, bounded (sizes, epochs) so no request buys unbounded work.
+SETTINGS = Fields({"hidden": Int(1, 4096), "layers": Int(1, 16), "lam": Float(0.0, 1e3), "lr": Float(1e-6, 1.0),
+                   "epochs": Int(1, 10_000), "batch_size": Int(1, 1 << 20), "patience": Int(1, 10_000),
+                   "val_fraction": Float(0.01, 0.5), "revealer": Flag(), "sparsity": Float(0.01, 1.0),
+                   "seed": Int(0, 2**32 - 1)})
+GRAPH = {"method": Choice(*GRAPH_METHODS), "sparsity": Float(0.01, 1.0)}
+EDGES = ListOf(ListOf(Text(), 2), 1 << 20)
 
 
 def model_message(name: str, model: NGM, **config) -> Message:
@@ -48,13 +63,15 @@ def model_of(message: Message, where: str) -> NGM:
     return NGM.from_payload(doc, dict(message.arrays), where)
 
 
-@HANDLERS.query("describe")
+@HANDLERS.query("describe", NOTHING)
 def describe(request: Message, ctx: ClientContext) -> Message:
+    ctx.require_rows(len(ctx.data.train), "a row count")
     return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ctx.data.train)})
 
 
 def own_graph(request: Message, ctx: ClientContext):
     """The client's graph from its own rows (kept in its state)."""
+    ctx.require_rows(len(ctx.data.train), "a graph")
     cfg = request.config
     G = recover_graph(ctx.data.train, ctx.data.schema.with_label(None), cfg.get("method", "glasso"),
                       float(cfg.get("sparsity", 0.25)))
@@ -62,14 +79,15 @@ def own_graph(request: Message, ctx: ClientContext):
     return G
 
 
-@HANDLERS.query("graph")
+@HANDLERS.query("graph", Contract(GRAPH))
 def graph(request: Message, ctx: ClientContext) -> Message:
     t0 = time.process_time()
     G = own_graph(request, ctx)
     return Message("graph", config={"edges": to_edges(G), "seconds": time.process_time() - t0})
 
 
-@HANDLERS.train("graph_votes")
+@HANDLERS.train("graph_votes", Contract({**GRAPH, "columns": Columns()}, required=("columns",),
+                                           update=True))
 def graph_votes(request: Message, ctx: ClientContext) -> Message:
     columns = list(request.config["columns"])
     missing = [c for c in columns if c not in ctx.data.schema.names]
@@ -80,28 +98,35 @@ def graph_votes(request: Message, ctx: ClientContext) -> Message:
     return Message("graph_votes", {"votes": A[upper].astype(np.float64)})
 
 
-@HANDLERS.train("fit")
+@HANDLERS.train("fit", Contract({"columns": Columns(), "edges": EDGES, "settings": SETTINGS},
+                                   required=("columns",)))
 def fit(request: Message, ctx: ClientContext) -> Message:
+    ctx.require_rows(len(ctx.data.train), "an NGM")
     cfg = request.config
     columns = list(cfg["columns"])
     schema = ctx.data.schema.with_label(None).select(columns)
     settings = NGMSettings.from_dict(cfg.get("settings", {}))
     G = None if settings.revealer else from_edges(columns, cfg["edges"])
     t0 = time.process_time()
-    model = NGM.fit(ctx.data.train[schema.names], schema, G, settings)
+    model = NGM.fit(ctx.data.train[schema.names], schema, G, settings, min_rows=ctx.policy.min_rows)
     model.save(ctx.workdir / FOLDER / "local")
     return model_message("fit", model, n_rows=len(ctx.data.train), seconds=time.process_time() - t0,
                          epochs=len(model.history))
 
 
-@HANDLERS.train("release")
+@HANDLERS.train("release", Contract({"model": Doc()}, required=("model",), arrays={"*": Array("fiu")}))
 def release(request: Message, ctx: ClientContext) -> Message:
     model_of(request, "released model").save(ctx.workdir / FOLDER / "global")
     return Message("release", config={"kept": True})
 
 
-@HANDLERS.train("stitch")
+@HANDLERS.train("stitch", Contract({"settings": SETTINGS, "targets": ListOf(Text())}))
 def stitch(request: Message, ctx: ClientContext) -> Message:
+    ctx.require_rows(len(ctx.data.train), "a stitched model")
+    test = ctx.data.test
+    targets = [t for t in request.config.get("targets", []) if test is not None and t in test.columns]
+    for target in targets:  # each metric averages the test rows where its target is known
+        ctx.require_rows(int(test[target].notna().sum()), f"metrics of '{target}'")
     folder = ctx.workdir / FOLDER / "global"
     if not folder.is_dir():
         raise FedpgmError("no released global model to stitch; the server must release one first")
@@ -111,12 +136,12 @@ def stitch(request: Message, ctx: ClientContext) -> Message:
     edges = from_edges(ctx.data.schema.names, ctx.state.get("edges", []))
     t0 = time.process_time()
     data = ctx.data.train.drop(columns=[c for c in ctx.data.train.columns if c not in ctx.data.schema])
-    stitched = stitch_model(model, data, ctx.data.schema.with_label(None), edges, settings)
+    stitched = stitch_model(model, data, ctx.data.schema.with_label(None), edges, settings,
+                            min_rows=ctx.policy.min_rows)
     stitched.save(ctx.workdir / FOLDER / "stitched")
     seconds = time.process_time() - t0
     metrics = {}
-    test = ctx.data.test
-    for target in cfg.get("targets", []):
+    for target in targets:
         if test is None or target not in model.schema:
             continue
         metrics[target] = {"global": target_metrics(model, test, target),
