@@ -1,0 +1,242 @@
+"""A hostile coordinator against the real client handlers (in-process, every request through the
+codec): the attacks of the security issue (items 6-9) and variants, each of which must now get
+nothing. Each test also runs the honest request beside the attack, so a refusal is the contract's
+doing and not a broken handler."""
+
+import numpy as np
+import pytest
+
+from fedpgm.data import load_dataset, partition
+from fedpgm.data.partition import ClientData, Partition
+from fedpgm.data.policy import ClientPolicy
+from fedpgm.federation import InProcessFederation, align_rows
+from fedpgm.federation.handlers import ALIGNED
+from fedpgm.federation.psi import blob, parse, psi_module
+
+FEDPC = "fedpgm.fedpc.client:HANDLERS"
+
+
+@pytest.fixture(scope="module")
+def cancer():
+    return load_dataset("breast_cancer", seed=0)
+
+
+def refused(replies, client: str, *words: str) -> str:
+    """The failure text of ``client``'s reply, which must be a refusal naming ``words``."""
+    assert client in replies.failures, f"{client} answered: {replies.messages.get(client)}"
+    detail = replies.failures[client].detail
+    assert "PolicyRefusal" in detail and all(w in detail for w in words), detail
+    return detail
+
+
+# -- the contract: undeclared, mistyped and out-of-range fields never reach a handler ---------------
+def test_fit_fields_outside_the_contract_are_refused_before_any_work(cancer):
+    part = partition(cancer, "horizontal", 2, seed=0)
+    own = part.clients[0].schema.names
+    honest = {"shared": [], "own": own, "clusters": 2, "learner": "learnspn", "params": {"min_instances_slice": 50},
+              "send": True, "memberships": True}
+    attacks = {"salt": ({**honest, "salt": "server-chosen"}, "undeclared key(s) ['salt']"),
+               "unknown learner": ({**honest, "learner": "os.system"}, "'learner' is 'os.system'"),
+               "huge EM": ({**honest, "params": {"em_iterations": 10**9}}, "'em_iterations' is 1000000000"),
+               "bool as int": ({**honest, "clusters": True}, "'clusters' must be an integer"),
+               "column not held": ({**honest, "own": ["ssn"]}, "not a column this client holds"),
+               "dense units": ({**honest, "learner": "pd", "params": {"units": 10**6}}, "'units' is 1000000")}
+    with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        for name, (config, words) in attacks.items():
+            before = dict(fed.contexts["client-0"].state)
+            refused(fed.send("client-0", "fit", config=config), "client-0", words)
+            assert "fedpc_keys" not in fed.contexts["client-0"].state, name  # the handler never ran
+            assert set(fed.contexts["client-0"].state) <= set(before) | {"policy/requests"}
+        reply = fed.send("client-0", "fit", config=honest).require_all()["client-0"]
+        undeclared = fed.send("client-0", "loglik", {"X": np.zeros((2, len(own))), "rows": np.arange(2)},
+                              {"columns": own})
+    assert "memberships/cluster" in reply.arrays and not any("ids" in k for k in reply.arrays)
+    refused(undeclared, "client-0", "array 'rows' is not declared")
+
+
+def test_memberships_carry_no_id_nor_hash_of_one(cancer):
+    """Item 7: the server's salt let it invert 410 of 410 hashed ids; now no id-derived value leaves."""
+    part = partition(cancer, "vertical", 2, seed=0)
+    with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        config = {"shared": [], "own": part.clients[1].schema.names, "clusters": 3, "learner": "learnspn",
+                  "params": {"min_instances_slice": 50}, "send": True, "memberships": True}
+        reply = fed.send("client-1", "fit", config=config).require_all()["client-1"]
+    ids = {int(i) for i in part.clients[1].train.index}
+    sent = [v for k, a in reply.arrays.items() for v in np.asarray(a).ravel().tolist()]
+    clusters = reply.arrays["memberships/cluster"]
+    assert len(clusters) == len(ids) and set(clusters.tolist()) <= {0, 1, 2}
+    assert not any(k.startswith("memberships/") and k != "memberships/cluster" for k in reply.arrays)
+    assert len(ids & {int(v) for v in sent if float(v).is_integer() and v > 2}) <= 3  # chance: small counts
+
+
+# -- differencing: statistics only over a fixed row set, never a server-chosen subset --------------
+def test_moments_rows_do_not_depend_on_the_columns_asked(cancer):
+    """Item 6: a column with one missing value made moments([a]) - moments([a, b]) a row."""
+    part = partition(cancer, "horizontal", 2, seed=0)
+    client = part.clients[0]
+    a, b = client.schema.names[:2]
+    client.train.loc[client.train.index[3], b] = np.nan  # one row misses b
+    with InProcessFederation(part, "fedpgm.federation.reference:HANDLERS", mode="sequential") as fed:
+        one = fed.send("client-0", "moments", config={"columns": [a]}).require_all()["client-0"]
+        two = fed.send("client-0", "moments", config={"columns": [a, b]}).require_all()["client-0"]
+    assert int(one.arrays["n"][0]) == int(two.arrays["n"][0]) == len(client.train) - 1
+    np.testing.assert_allclose(one.arrays["mean"][0], two.arrays["mean"][0], rtol=0, atol=1e-12)
+
+
+def test_naive_bayes_sums_only_by_the_clients_own_label(cancer):
+    """Item 6: a 'label' chosen to drop one row by NaN made class sums a differencing oracle."""
+    part = partition(cancer, "horizontal", 2, seed=0)
+    client = part.clients[0]
+    other, label = client.schema.names[0], client.schema.label
+    columns = [c for c in client.schema.names if c != label][:3]
+    with InProcessFederation(part, "fedpgm.naive_bayes:HANDLERS", mode="sequential") as fed:
+        refused(fed.send("client-0", "class_sums", config={"label": other, "columns": columns}), "client-0",
+                "only by its own label")
+        honest = fed.send("client-0", "class_sums", config={"label": label, "columns": columns}).require_all()
+    assert int(honest["client-0"].arrays["n"].sum()) == len(client.train)
+
+
+def test_a_run_answers_at_most_its_request_budget(cancer):
+    part = partition(cancer, "horizontal", 2, seed=0)
+    for c in part.clients:
+        c.policy = ClientPolicy(max_requests=5)
+    columns = part.clients[0].schema.names[:2]
+    with InProcessFederation(part, "fedpgm.federation.reference:HANDLERS", mode="sequential") as fed:
+        answered = [fed.send("client-0", "moments", config={"columns": columns}) for _ in range(7)]
+    assert [not r.failures for r in answered] == [True] * 5 + [False] * 2
+    refused(answered[-1], "client-0", "max_requests")
+
+
+# -- PSI that does not trust the relay (item 8) ------------------------------------------------------
+def id_parties(n_common: int = 300, n_own: int = 60, seed: int = 0) -> Partition:
+    """Two parties whose row ids overlap in ``n_common``; each holds ``n_own`` of its own."""
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(10**6, size=n_common + 2 * n_own, replace=False)
+    ds = load_dataset("breast_cancer", seed=0)
+    base = partition(ds, "vertical", 2, seed=0)
+    clients = []
+    for i, c in enumerate(base.clients):
+        mine = np.concatenate([ids[:n_common], ids[n_common + i * n_own: n_common + (i + 1) * n_own]])
+        train = c.train.iloc[: len(mine)].copy()
+        train.index = mine
+        train.index.name = "row_id"
+        clients.append(ClientData(c.client_id, c.schema, train))
+    return Partition("vertical", base.schema, clients)
+
+
+def coordinator_request(ids: list[str]):
+    """The coordinator's own PSI client (its key) and a blinded request for ``ids``."""
+    psi = psi_module()
+    client = psi.client.CreateWithNewKey(True)
+    return client, blob(client.CreateRequest(ids))
+
+
+def test_psi_serve_answers_only_the_leaders_signed_request():
+    """Item 8: one psi_serve with the coordinator's 100,000 candidates returned 409 of 409 ids."""
+    part = id_parties()
+    candidates = [str(i) for i in range(20_000)]
+    with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        _, request = coordinator_request(candidates)
+        unsigned = fed.send("client-1", "psi_serve", {"request": request, "signature": np.zeros(64, np.uint8)},
+                            {"leader": "client-0"})
+        stranger = fed.send("client-1", "psi_serve", {"request": request, "signature": np.zeros(64, np.uint8)},
+                            {"leader": "coordinator"})
+        # a genuine signed request of the leader, relayed with the coordinator's own blinded set
+        started = fed.send("client-0", "psi_start").require_all()["client-0"]
+        swapped = fed.send("client-1", "psi_serve", {"request": request, "signature": started.arrays["signature"]},
+                           {"leader": "client-0"})
+        honest = fed.send("client-1", "psi_serve", {"request": started.arrays["request"],
+                                                    "signature": started.arrays["signature"]}, {"leader": "client-0"})
+        again = fed.send("client-1", "psi_serve", {"request": started.arrays["request"],
+                                                   "signature": started.arrays["signature"]}, {"leader": "client-0"})
+    refused(unsigned, "client-1", "signature does not verify")
+    refused(stranger, "client-1", "not on its roster")
+    refused(swapped, "client-1", "signature does not verify")
+    assert not honest.failures  # the leader's own request is served, once
+    refused(again, "client-1", "once per run")
+
+
+def test_a_forged_psi_finish_neither_answers_nor_aligns():
+    """Item 8: a forged psi_finish was a membership oracle and set the aligned rows to any subset."""
+    part = id_parties()
+    psi = psi_module()
+    held = [str(i) for i in part.clients[1].train.index]
+    with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        started = fed.send("client-1", "psi_start").require_all()["client-1"]
+        server = psi.server.CreateWithNewKey(True)  # the coordinator as PSI server, its chosen ids
+        chosen = held[:10]
+        setup = blob(server.CreateSetupMessage(1e-9, 10_000, chosen, psi.DataStructure.RAW))
+        response = blob(server.ProcessRequest(parse(psi.Request, started.arrays["request"])))
+        forged = fed.send("client-1", "psi_finish", {"setup": setup, "response": response,
+                                                     "signature": np.zeros(64, np.uint8)}, {"leader": "client-0"})
+        aligned = ALIGNED in fed.contexts["client-1"].state
+    refused(forged, "client-1", "signature does not verify")
+    assert not aligned and "n_rows" not in str(forged.failures["client-1"].detail)
+
+
+def test_honest_psi_aligns_once_per_run():
+    part = id_parties()
+    with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        report = align_rows(fed)
+        rows = np.array(fed.contexts["client-1"].state[ALIGNED])
+        again = fed.send("client-1", "psi_start")
+        restart = fed.send("client-0", "psi_start")
+    assert report["intersection"] == 300 and len(rows) == 300
+    refused(again, "client-1", "once per run")
+    refused(restart, "client-0", "once per run")
+
+
+def test_a_party_without_identity_takes_no_part_in_psi(cancer):
+    part = id_parties()
+    with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        fed.contexts["client-1"].identity = None
+        refused(fed.send("client-1", "psi_start"), "client-1", "no identity key")
+
+
+# -- secure aggregation a client can insist on (item 9) ----------------------------------------------
+def test_a_policy_requiring_secure_aggregation_refuses_plain_updates(cancer):
+    part = partition(cancer, "horizontal", 3, seed=0)
+    for c in part.clients:
+        c.policy = ClientPolicy(require_secure_aggregation=True, min_cohort=3)
+    with InProcessFederation(part, "fedpgm.federation.diagnostics:HANDLERS", mode="sequential") as fed:
+        plain = fed.send("client-0", "contribute", {"v": np.ones(3)})
+        echo = fed.send("client-0", "echo", {"x": np.ones(3)})  # not an update: answered
+    refused(plain, "client-0", "only as shares of a secure sum")
+    assert not echo.failures
+
+
+def test_secure_share_weights_are_the_clients_own(cancer):
+    """Item 9: per-client fraction 1 / 0 made the secure sum one client's weights exactly."""
+    from fedpgm.baselines.fedavg import fedavg
+    from fedpgm.baselines.tabular import get_weights, merge_moments
+
+    part = partition(cancer, "horizontal", 3, seed=0)
+    n0 = len(part.clients[0].train)
+    with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS", mode="sequential") as fed:
+        weights = {k: v.astype(np.float64) for k, v in get_weights(fedavg(fed, rounds=1)["model"]).items()}
+        moments = [m.config["moments"] for m in fed.broadcast("describe").require_all().values()]
+        cfg = {"stats": merge_moments(moments), "epochs": 1, "lr": 1e-3, "batch_size": 64, "hidden": 64,
+               "layers": 2, "arch": "mlp", "seed": 0}
+        stats = {}
+        stats["fraction"] = fed.send("client-0", "train", weights, {**cfg, "secure": {"fraction": 1.0}})
+        stats["own rows as total"] = fed.send("client-0", "train", weights,
+                                              {**cfg, "secure": {"total_rows": n0, "cohort": 2}})
+        stats["cohort of one"] = fed.send("client-0", "train", weights,
+                                          {**cfg, "secure": {"total_rows": 10 * n0, "cohort": 1}})
+        honest = fed.send("client-0", "train", weights, {**cfg, "secure": {"total_rows": 3 * n0, "cohort": 3}})
+    refused(stats["fraction"], "client-0", "'secure' has undeclared key(s) ['fraction']")
+    refused(stats["own rows as total"], "client-0", "the others could hold fewer than 10")
+    refused(stats["cohort of one"], "client-0", "'cohort' is 1")
+    share = honest.require_all()["client-0"]
+    assert abs(float(share.arrays["weight/all"][0]) - 1 / 3) < 1e-12  # n0 / (3 n0), from its own rows
+
+
+def test_ngm_votes_refuse_degenerate_sparsity(cancer):
+    """Item 9: per-client sparsity 1e-9 made a client add zero votes to a 'secure' sum."""
+    part = partition(cancer, "horizontal", 2, seed=0)
+    columns = part.clients[0].schema.names[:5]
+    with InProcessFederation(part, "fedpgm.ngm.client:HANDLERS", mode="sequential") as fed:
+        tiny = fed.send("client-0", "graph_votes", config={"columns": columns, "sparsity": 1e-9})
+        honest = fed.send("client-0", "graph_votes", config={"columns": columns, "sparsity": 0.25})
+    refused(tiny, "client-0", "'sparsity' is 1e-09")
+    assert not honest.failures
