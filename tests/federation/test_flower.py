@@ -277,6 +277,52 @@ def test_supernodes_that_never_connect_are_named(monkeypatch):
         FlowerFederation(OneNodeGrid(), HANDLERS, 3, wait_s=1.0, names=["client-0", "client-1", "client-2"])
 
 
+def test_a_node_counts_as_a_client_only_by_its_allow_listed_key(tmp_path, monkeypatch, capsys):
+    """With run config ``node-keys`` a node's claimed client id counts only if it signs the
+    server's challenge with the SuperNode key allow-listed for that id: a rogue node with a
+    registered key of its own that claims client-0 is refused and named; a signature made for
+    another challenge (a replay) or no proof at all does not pass either."""
+    from types import SimpleNamespace
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedpgm.federation.diagnostics import HANDLERS
+    from fedpgm.federation.flower import FlowerFederation, check_identity, hello_challenge, prove_identity
+    from fedpgm.federation.pki import fingerprint, write_node_keys
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 7)  # as inside a ServerApp process
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+    for name in ("client-0", "client-1", "rogue"):
+        write_node_keys(tmp_path, name)
+    key_of, claim = {11: "client-0", 12: "client-1", 13: "rogue"}, {11: "client-0", 12: "client-1", 13: "client-0"}
+
+    def hello(node: int, nonce: str) -> dict:  # what a node's ClientApp answers (``flower.hello``)
+        return {"client-id": claim[node], **prove_identity(str(tmp_path / f"{key_of[node]}.key"),
+                                                           hello_challenge(0, node, nonce))}
+
+    class Grid:  # two institutions and a rogue, all registered at the SuperLink
+        def get_node_ids(self):
+            return [13, 11, 12]
+
+        def send_and_receive(self, messages, timeout=None):
+            nodes = [(m.metadata.dst_node_id, m.content["hello"]["nonce"]) for m in messages]
+            return [SimpleNamespace(has_content=lambda: True, metadata=SimpleNamespace(src_node_id=node),
+                                    content={"hello": hello(node, nonce)}) for node, nonce in nodes]
+
+    allowed = {fingerprint(tmp_path / f"{c}.pub"): c for c in ("client-0", "client-1")}
+    fed = FlowerFederation(Grid(), HANDLERS, 2, wait_s=5.0, node_keys=allowed)
+    assert fed.node_of == {"client-0": 11, "client-1": 12} and fed.refused == {13}
+    rogue = fingerprint(tmp_path / "rogue.pub")
+    refusal = f"refused SuperNode 13 claiming client 'client-0': its key {rogue} is not allow-listed"
+    assert refusal in capsys.readouterr().out
+    replayed = hello(11, "an old nonce")
+    assert "does not verify" in check_identity(allowed, "client-0", replayed, hello_challenge(0, 11, "a new nonce"))
+    assert "proved no key" in check_identity(allowed, "client-0", {"client-id": "client-0"}, b"x")
+    assert check_identity(allowed, "client-1", replayed, hello_challenge(0, 11, "an old nonce")) \
+        == f"its key {fingerprint(tmp_path / 'client-0.pub')} is not allow-listed for 'client-1'"
+
+
 def test_a_run_config_names_registered_families_and_procedures_only():
     """A SuperNode imports only fedpgm's registered handlers: a run config that names an import
     path or an unknown family is refused; the library's own paths map to their names."""

@@ -1,7 +1,7 @@
-"""Three institutions on a real loopback deployment with TLS and SuperNode authentication: a
-vertical FedPC fit over parties whose row ids differ, aligned by PSI, equals the in-process fit;
-an unregistered key, a plain-text SuperNode and one that trusts another CA are refused. docs/runtime.md's walk-through is
-these commands."""
+"""Three institutions on a real loopback deployment with TLS, SuperNode authentication, the Fleet
+gateway and the signed app: a vertical FedPC fit over parties whose row ids differ, aligned by
+PSI, equals the in-process fit; an unregistered key, a plain-text SuperNode and one that trusts
+another CA are refused. docs/runtime.md's walk-through is these commands."""
 
 import signal
 import subprocess
@@ -31,6 +31,7 @@ def test_fedpc_over_tls_with_node_auth_psi_and_intruders_refused(tmp_path):
             "target": ds.schema.label, "out": None, "method": "fedpc"}
     with LoopbackDeployment(tmp_path / "parts", workdir=tmp_path / "dep", pki=pki) as dep:
         assert "--enable-supernode-auth" in dep.superlink.args and "--insecure" not in dep.superlink.args
+        assert all("--trusted-entities" in n.process.args for n in dep.nodes.values())  # the signed app only
         remote = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args, timeout=600)
         config = "client-id=\"intruder\" data=\"x\" schema=\"x\" workdir=\"x\""
         intruder = start(dep.supernode_args("intruder", free_port(), config, pki.node_key("intruder")),

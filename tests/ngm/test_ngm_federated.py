@@ -6,6 +6,7 @@ import torch
 from conftest import SCHEMA, chain_frame
 
 from fedpgm.data import ClientData
+from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
@@ -64,7 +65,11 @@ def test_fedngm_releases_a_global_model_and_no_message_carries_rows():
 
 
 def test_release_is_refused_below_the_threshold():
-    parts = clients((900, 900, 1))  # client-2 cannot train: it has one row
+    with InProcessFederation(clients((900, 900, 1)), HANDLERS, mode="sequential") as fed:
+        # a client of fewer rows than its policy's min_rows answers nothing, not even describe
+        assert "min_rows is 10" in fed.send("client-2", "describe").failures["client-2"].detail
+    parts = clients()
+    parts[2].policy = ClientPolicy(max_requests=2)  # client-2 answers describe and graph, then no fit
     with InProcessFederation(parts, HANDLERS, mode="sequential") as fed:
         result = fit_fedngm(fed, settings=FAST, min_clients=3)
     assert not result.released and result.global_model is None

@@ -7,7 +7,9 @@ own process group), records their PIDs, and stops all of them, children included
 also registered with this process's reaper (``lifecycle.guard``), so a SIGKILL of the parent
 still stops them. A run fails within seconds when ``flwr run`` or the SuperLink exits without a
 result. The same commands with TLS and SuperNode authentication work across machines:
-see ``docs/runtime.md``.
+see ``docs/runtime.md``. With a ``pki``, as documented there, SuperNodes reach the SuperLink's
+Fleet API only, through the gateway on ``port`` (``pki.fleet_gateway``), run only the signed app
+(``--trusted-entities``) and count as clients by their keys (run config ``node-keys``).
 
 With ``simulation=True`` the SuperLink runs Flower's Simulation Runtime (``--simulation``, Ray
 inside ``flwr-simulation``) instead of separate SuperNodes: ``flwr run`` asks for one simulated
@@ -35,11 +37,12 @@ from importlib.resources import files
 from pathlib import Path
 
 from fedpgm.data.policy import ClientPolicy
+from fedpgm.federation.identity import Identity
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.apps import HANDLERS, PROCEDURES, name_of
 from fedpgm.federation.lifecycle import guard
-from fedpgm.federation.pki import Pki
+from fedpgm.federation.pki import Pki, sign_app
 from fedpgm.federation.reaper import alive as group_alive
 
 EXIT_GRACE_S = 5.0
@@ -129,6 +132,7 @@ class LoopbackDeployment:
         self.env = {**os.environ, **ENV, "FLWR_HOME": str(self.workdir / "flwr-home"),
                     "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
         self.superlink: subprocess.Popen | None = None
+        self.gateway: subprocess.Popen | None = None  # with a pki: the Fleet gateway on ``port``
         self.nodes: dict[str, Node] = {}
         self.ray_tmp: Path | None = None
         if simulation:  # Ray's session folders (logs, sockets) go here, removed with the deployment;
@@ -141,7 +145,8 @@ class LoopbackDeployment:
         self.pki = pki  # TLS and SuperNode authentication (``fedpgm.federation.pki``); None: plain text
         if port is not None and port_open(port):
             raise FedpgmError(f"port {port} on 127.0.0.1 is in use; choose another or leave it unset")
-        self.port = port or 0
+        self.port = port or 0  # where SuperNodes connect: the SuperLink, or with a pki the gateway
+        self.link_port = 0  # the SuperLink's own port (its Control API: what `flwr` uses)
         self.simulation = simulation
 
     # -- processes --------------------------------------------------------------------------
@@ -151,19 +156,22 @@ class LoopbackDeployment:
 
     def start(self, timeout: float = 60.0) -> "LoopbackDeployment":
         self.port = self.port or free_port()
+        self.link_port = self.port if self.pki is None else free_port()
         security = (["--insecure"] if self.pki is None else
                     ["--ssl-ca-certfile", str(self.pki.ca), "--ssl-certfile", str(self.pki.server_cert),
                      "--ssl-keyfile", str(self.pki.server_key), "--enable-supernode-auth"])
         self.superlink = self.spawn(
-            [flwr_tool("flower-superlink"), *security, "--host", "127.0.0.1", "--port", str(self.port),
+            [flwr_tool("flower-superlink"), *security, "--host", "127.0.0.1", "--port", str(self.link_port),
              "--disable-runtime-dependency-installation", *(["--simulation"] if self.simulation else [])],
             "superlink.log")
-        self.wait_port(self.port, self.superlink, "superlink.log", timeout)
+        self.wait_port(self.link_port, self.superlink, "superlink.log", timeout)
+        if self.pki is not None:
+            self.start_gateway(self.pki, timeout)
         home = Path(self.env["FLWR_HOME"])
         home.mkdir(parents=True, exist_ok=True)
         (home / "config.toml").write_text(
             f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\n'
-            f'address = "127.0.0.1:{self.port}"\n'
+            f'address = "127.0.0.1:{self.link_port}"\n'
             + ("insecure = true\n" if self.pki is None else f'root-certificates = "{self.pki.ca}"\n'))
         if self.simulation:  # the SuperLink simulates the nodes itself
             return self
@@ -173,6 +181,13 @@ class LoopbackDeployment:
         for cid in self.client_ids:
             self.wait_node(cid, timeout)
         return self
+
+    def start_gateway(self, pki: Pki, timeout: float) -> None:
+        """Sign the app and start the Fleet gateway on ``port``, the one port SuperNodes need."""
+        sign_app(pki.app_key, self.workdir / "signatures")
+        args = pki.gateway_args(f"127.0.0.1:{self.link_port}", self.workdir / "signatures", "127.0.0.1", self.port)
+        self.gateway = self.spawn(args, "gateway.log")
+        self.wait_port(self.port, self.gateway, "gateway.log", timeout)
 
     def register(self, client_id: str, public_key: Path | None = None, timeout: float = 60.0) -> None:
         """With node authentication, register the SuperNode's public key at the SuperLink
@@ -188,13 +203,29 @@ class LoopbackDeployment:
 
     def supernode_args(self, client_id: str, port: int, config: str, key: Path | None = None) -> list[str]:
         """The ``flower-supernode`` command of a client: plain text, or TLS checked against the
-        CA with the node's key (``key``, default the client's own); ``config``: its node config, a
-        TOML file or inline ``key="value"`` pairs."""
+        CA with the node's key (``key``, default the client's own), running only apps signed by the
+        trusted entities; ``config``: its node config, a TOML file or inline ``key="value"`` pairs."""
         security = (["--insecure"] if self.pki is None else
                     ["--root-certificates", str(self.pki.ca),
-                     "--auth-supernode-private-key", str(key or self.pki.node_key(client_id))])
+                     "--auth-supernode-private-key", str(key or self.pki.node_key(client_id)),
+                     "--trusted-entities", str(self.pki.trusted_entities)])
         return [flwr_tool("flower-supernode"), *security, "--superlink", f"127.0.0.1:{self.port}",
                 "--host", "127.0.0.1", "--port", str(port), "--node-config", config]
+
+    def identity_files(self, client_id: str) -> dict[str, str]:
+        """Node config entries for the party's identity key and the parties' roster
+        (``fedpgm.federation.identity``: how parties authenticate each other's PSI messages): the
+        PKI's, or made once for every client of the partition. In a deployment across institutions
+        each makes its own key and the roster is agreed out of band, like the CA."""
+        if self.pki is not None and self.pki.roster.is_file():
+            return {"identity": str(self.pki.identity(client_id)), "roster": str(self.pki.roster)}
+        folder = self.workdir / "identity"
+        roster = folder / "roster.json"
+        if not roster.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            for cid, identity in Identity.generate(sorted(self.files)).items():
+                identity.save(folder / f"{cid}.key", roster)
+        return {"identity": str(folder / f"{client_id}.key"), "roster": str(roster)}
 
     def start_node(self, client_id: str, wait: bool = True, timeout: float = 60.0) -> Node:
         """Start the SuperNode of ``client_id``; with ``wait``, return once it listens."""
@@ -205,8 +236,11 @@ class LoopbackDeployment:
         work.mkdir(parents=True, exist_ok=True)
         values = {"client-id": client_id, "data": str(self.files[client_id]),
                   "schema": str(self.node_manifest(client_id, work)), "workdir": str(work)}
+        if self.pki is not None:  # the key its ClientApp proves it holds (``fedpgm.federation.flower``)
+            values["auth-key"] = str(self.pki.node_key(client_id))
         if client_id in self.policies:
             values["policy"] = json.dumps(self.policies[client_id].to_dict(), separators=(",", ":"))
+        values.update(self.identity_files(client_id))
         # a node config file: Flower's inline `key=value` form cannot carry a JSON value (its quotes)
         config = work / "node.toml"
         config.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
@@ -253,7 +287,7 @@ class LoopbackDeployment:
 
     @property
     def pids(self) -> list[int]:
-        procs = ([self.superlink] if self.superlink else []) + [n.process for n in self.nodes.values()]
+        procs = [p for p in (self.superlink, self.gateway) if p] + [n.process for n in self.nodes.values()]
         return [p.pid for p in procs]
 
     def kill_node(self, client_id: str) -> None:
@@ -264,7 +298,7 @@ class LoopbackDeployment:
     def stop(self) -> None:
         for run in self.runs:
             run.stop()
-        procs = [n.process for n in self.nodes.values()] + ([self.superlink] if self.superlink else [])
+        procs = [n.process for n in self.nodes.values()] + [p for p in (self.gateway, self.superlink) if p]
         # Flower's helpers (flower-superexec, flwr-simulation and its Ray processes) run in
         # sessions of their own: found now, stopped with the processes that started them
         helpers = descendant_groups([p.pid for p in procs]) - {p.pid for p in procs}
@@ -311,8 +345,8 @@ class LoopbackDeployment:
         names = list(self.client_ids if self.simulation else self.nodes)
         values = {"procedure": name_of(procedure, PROCEDURES, "procedure"),
                   "handlers": name_of(handlers, HANDLERS, "handler family"), "clients": clients or len(names),
-                  "client-ids": ",".join(names),
-                  "args-json": json.dumps(args or {}), "result": str(result),
+                  "client-ids": ",".join(names), "args-json": json.dumps(args or {}), "result": str(result),
+                  "node-keys": json.dumps(self.pki.allow_list(names)) if self.pki else "",
                   "timeout-s": float(exchange_timeout or timeout), "wait-s": float(wait_s)}
         if self.simulation:
             values.update({"simulation-partition": str(self.partition_dir),

@@ -29,7 +29,14 @@ run by a Flower ServerApp and ClientApp across processes or machines.
   so dtypes, shapes, validation and byte counts are identical to the in-process backend.
 
 The node-to-client map is made at start-up by a ``query.fedpgm_hello`` round that asks each
-node for its ``client-id``; that handshake is runtime overhead and not in the ledger.
+node for its ``client-id``; that handshake is runtime overhead and not in the ledger. A node's
+word is taken only without an allow-list: with run config ``node-keys`` (a JSON object, the
+``SHA256:...`` fingerprint of each registered SuperNode key -> the client id it may serve), each
+node must sign the server's challenge (run id, node id, a fresh nonce) with its SuperNode key
+(node config ``auth-key``, the file ``--auth-supernode-private-key`` reads), and its claim counts
+only if that key is allow-listed for the id it claims and the signature verifies; any other node
+is refused and named in the log. Flower 1.41's ``Grid`` gives a ServerApp node ids only
+(``NodeInfo`` without the public key), hence the proof.
 """
 
 from __future__ import annotations
@@ -37,10 +44,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 
 import numpy as np
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
@@ -63,7 +74,9 @@ from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation
 from fedpgm.federation.codec import CodecError, Message, decode, encode  # noqa: E402
 from fedpgm.federation.handlers import (ClientContext, HandlerSet, load_handlers,  # noqa: E402
                                         load_state, save_state)
+from fedpgm.federation.identity import Identity  # noqa: E402
 from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
+from fedpgm.federation.pki import fingerprint  # noqa: E402
 
 HELLO = "fedpgm_hello"
 NODE_UNAVAILABLE = 5  # flwr.common.constant.ErrorCode.NODE_UNAVAILABLE
@@ -99,10 +112,13 @@ class FlowerFederation(Federation):
 
     def __init__(self, grid: Grid, handlers: HandlerSet, expected: int, wait_s: float = 120.0,
                  audit=None, timeout: float | None = DEFAULT_TIMEOUT_S, context: Context | None = None,
-                 names: list[str] | None = None) -> None:
+                 names: list[str] | None = None, node_keys: dict[str, str] | None = None) -> None:
         self.grid, self.handlers, self.wait_s, self.context = grid, handlers, wait_s, context
         self.names = list(names or [])  # the clients expected, if the run config names them
+        self.node_keys = dict(node_keys or {})  # key fingerprint -> the client id it may serve
+        self.run_id = context.run_id if context is not None else 0
         self.node_of: dict[str, int] = {}
+        self.refused: set[int] = set()  # nodes whose claim failed: not asked again
         self.greet(expected, wait_s)
         super().__init__(sorted(self.node_of), audit, timeout)
         self.log(f"clients: {self.node_of}")
@@ -111,23 +127,39 @@ class FlowerFederation(Federation):
         """Wait until ``expected`` SuperNodes are known, asking each new one its client id."""
         deadline = time.monotonic() + wait_s
         while len(self.node_of) < expected:
-            new = sorted(set(self.grid.get_node_ids()) - set(self.node_of.values()))
-            asks = [FlowerMessage(RecordDict(), dst_node_id=n, message_type=f"query.{HELLO}") for n in new]
+            new = sorted(set(self.grid.get_node_ids()) - set(self.node_of.values()) - self.refused)
+            nonces = {n: secrets.token_hex(16) for n in new}
+            asks = [FlowerMessage(RecordDict({"hello": ConfigRecord({"nonce": nonces[n]})}), dst_node_id=n,
+                                  message_type=f"query.{HELLO}") for n in new]
             for reply in self.grid.send_and_receive(asks, timeout=wait_s) if asks else []:
                 if reply.has_content():
-                    cid = str(reply.content["hello"]["client-id"])
-                    if cid in self.node_of:
-                        raise FedpgmError(f"two SuperNodes claim client id '{cid}'; give each its own")
-                    self.node_of[cid] = reply.metadata.src_node_id
+                    self.welcome(reply, nonces)
             if len(self.node_of) >= expected:
                 break
             if time.monotonic() > deadline:
                 missing = [c for c in self.names if c not in self.node_of]
                 who = f"client(s) {missing} did not connect" if missing else (
                     f"only {len(self.node_of)} of {expected} SuperNodes connected")
-                raise FedpgmError(f"{who} within {wait_s} s; check each missing SuperNode's --superlink "
-                                  "address, TLS root certificate and registered key, or lower 'clients'")
+                refused = f" ({len(self.refused)} SuperNode(s) refused: see the log)" if self.refused else ""
+                raise FedpgmError(f"{who} within {wait_s} s{refused}; check each missing SuperNode's --superlink "
+                                  "address, TLS root certificate, registered key and auth-key, or lower 'clients'")
             time.sleep(0.5)
+
+    def welcome(self, reply: FlowerMessage, nonces: dict[int, str]) -> None:
+        """Map the replying node to the client id it claims; with an allow-list, only once its
+        key proof holds (``check_identity``), else it is refused and named in the log."""
+        node = reply.metadata.src_node_id
+        hello = reply.content["hello"]
+        cid = str(hello["client-id"])
+        if self.node_keys:
+            why = check_identity(self.node_keys, cid, hello, hello_challenge(self.run_id, node, nonces[node]))
+            if why:
+                self.refused.add(node)
+                self.log(f"refused SuperNode {node} claiming client '{cid}': {why}")
+                return
+        if cid in self.node_of:
+            raise FedpgmError(f"two SuperNodes claim client id '{cid}'; give each its own")
+        self.node_of[cid] = node
 
     def admit(self, clients: list[str], wait_s: float | None = None) -> None:
         """Clients that connect late: wait (``wait_s``, default the federation's) for their
@@ -196,6 +228,44 @@ class FlowerFederation(Federation):
         return results
 
 
+def hello_challenge(run_id: int, node_id: int, nonce: str) -> bytes:
+    """What a node signs to prove it holds its SuperNode key: this run, this node, a fresh nonce."""
+    return f"fedpgm-hello:{run_id}:{node_id}:{nonce}".encode()
+
+
+def prove_identity(key_path: str, challenge: bytes) -> dict[str, str]:
+    """The node's public key (OpenSSH) and its ECDSA-SHA256 signature of ``challenge`` (hex),
+    made with its SuperNode key (OpenSSH EC private key, ``--auth-supernode-private-key``)."""
+    key = serialization.load_ssh_private_key(Path(key_path).read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise FedpgmError(f"node config auth-key {key_path} is not an EC key (a SuperNode key)")
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return {"public-key": public.decode(), "signature": key.sign(challenge, ec.ECDSA(hashes.SHA256())).hex()}
+
+
+def check_identity(node_keys: dict[str, str], client_id: str, hello, challenge: bytes) -> str | None:
+    """Why a node's claim to ``client_id`` is refused, or None: the key it shows must be the one
+    allow-listed for that id (``node_keys``: fingerprint -> client id) and its signature of
+    ``challenge`` must verify under that key."""
+    public = str(hello.get("public-key", ""))
+    if not public:
+        return "it proved no key (its node config has no auth-key)"
+    try:
+        key_id = fingerprint(public)
+        key = serialization.load_ssh_public_key(public.encode())
+    except (ValueError, IndexError, UnsupportedAlgorithm) as e:
+        return f"its public key is unreadable ({e})"
+    if node_keys.get(key_id) != client_id:
+        return f"its key {key_id} is not allow-listed for '{client_id}'"
+    try:
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            return f"its key {key_id} is not an EC key"
+        key.verify(bytes.fromhex(str(hello.get("signature", ""))), challenge, ec.ECDSA(hashes.SHA256()))
+    except (InvalidSignature, ValueError):
+        return f"its signature of this run's challenge does not verify under {key_id}"
+    return None
+
+
 def import_object(path: str):
     module, _, attr = path.partition(":")
     try:
@@ -239,7 +309,8 @@ def server_main(grid: Grid, context: Context) -> None:
         handlers = load_handlers(handlers_path(str(cfg["handlers"])))
         fed = FlowerFederation(grid, handlers, int(cfg["clients"]), float(cfg.get("wait-s", 120.0)),
                                timeout=float(cfg.get("timeout-s", DEFAULT_TIMEOUT_S)), context=context,
-                               names=[c for c in str(cfg.get("client-ids", "")).split(",") if c])
+                               names=[c for c in str(cfg.get("client-ids", "")).split(",") if c],
+                               node_keys=json.loads(str(cfg.get("node-keys", "")) or "{}"))
         result = run_procedure(fed, procedure_path(str(cfg["procedure"])), json.loads(str(cfg.get("args-json", "{}"))))
         result["backend"] = "simulation" if str(cfg.get("simulation-partition", "")) else "flower"
     except Exception as e:  # the caller reads the error from the result file and the log
@@ -299,7 +370,8 @@ def node_context(context: Context) -> ClientContext:
     entry: dict = next((e for e in doc.get("clients", []) if e.get("id") == cid), {})
     data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}),
                       ClientPolicy.from_node_config(nc))
-    return ClientContext(cid, data, workdir, load_state(workdir))
+    identity = Identity.load(cid, str(nc["identity"]), str(nc["roster"])) if "identity" in nc else None
+    return ClientContext(cid, data, workdir, load_state(workdir), identity=identity)
 
 
 class FamilyClientApp(ClientApp):
@@ -332,8 +404,13 @@ client_app = FamilyClientApp()
 
 @client_app.query(HELLO)
 def hello(msg: FlowerMessage, context: Context) -> FlowerMessage:
-    cid = str(node_config(context).get("client-id", ""))
-    return FlowerMessage(RecordDict({"hello": ConfigRecord({"client-id": cid})}), reply_to=msg)
+    """This node's client id and, given node config ``auth-key``, its proof of holding that key."""
+    nc = node_config(context)
+    values: dict = {"client-id": str(nc.get("client-id", ""))}
+    nonce = str(msg.content["hello"]["nonce"]) if "hello" in msg.content else ""
+    if str(nc.get("auth-key", "")) and nonce:
+        values.update(prove_identity(str(nc["auth-key"]), hello_challenge(context.run_id, context.node_id, nonce)))
+    return FlowerMessage(RecordDict({"hello": ConfigRecord(values)}), reply_to=msg)
 
 
 def route(msg: FlowerMessage, context: Context) -> FlowerMessage:
@@ -355,6 +432,7 @@ def secure_route(msg: FlowerMessage, context: Context) -> FlowerMessage:
 
     handlers = load_handlers(handlers_path(str(context.run_config["handlers"])))
     ctx = node_context(context)
+    ctx.secure = True  # a share of a secure sum: what a policy requiring secure aggregation allows
     reply = client_reply(msg, lambda request: handlers.handle(request, ctx))
     save_state(ctx.state, ctx.workdir)
     return reply

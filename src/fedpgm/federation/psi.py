@@ -183,9 +183,10 @@ def intersect(request: Message, ctx: ClientContext) -> Message:
     common = set(range(len(ids)))
     empty = []
     for p in parties:
-        a = {k: request.arrays.get(f"{k}/{p}") for k in ("setup", "response", "request", "serve_sig", "start_sig")}
-        if any(v is None for v in a.values()):
+        keys = [f"{k}/{p}" for k in ("setup", "response", "request", "serve_sig", "start_sig")]
+        if any(k not in request.arrays for k in keys):
             raise PolicyRefusal(f"client '{ctx.client_id}' got an incomplete PSI answer from '{p}'")
+        a = {k.split("/")[0]: request.arrays[k] for k in keys}
         me.verify(p, a["serve_sig"], "psi_serve", ctx.client_id, a["setup"], a["response"])
         me.verify(p, a["start_sig"], "psi_start", a["request"])
         bounded(psi, ctx, parse(psi.Request, a["request"]))

@@ -70,8 +70,11 @@ def client_reply(msg: FlowerMessage, handle) -> FlowerMessage:
     if not isinstance(raw, bytes):
         raise CodecError("a SecAgg+ request without its fedpgm bytes")
     request = decode(raw)
-    reply = handle(request)
-    arrays = update_vector(reply, list(request.config["secure_order"]), request.config.get("client", "?"))
+    order, client = request.config.pop("secure_order", None), str(request.config.pop("client", "?"))
+    if not isinstance(order, list) or not all(isinstance(k, str) for k in order):
+        raise CodecError("a SecAgg+ request without the order of its arrays")
+    reply = handle(request)  # (the runtime's keys removed: the handler's contract sees its own only)
+    arrays = update_vector(reply, order, client)
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(arrays), 1,
                     {REPLY: json.dumps(reply.config)})
     return FlowerMessage(compat.fitres_to_recorddict(fitres, keep_input=True), reply_to=msg)

@@ -124,9 +124,10 @@ def release(request: Message, ctx: ClientContext) -> Message:
 def stitch(request: Message, ctx: ClientContext) -> Message:
     ctx.require_rows(len(ctx.data.train), "a stitched model")
     test = ctx.data.test
-    targets = [t for t in request.config.get("targets", []) if test is not None and t in test.columns]
-    for target in targets:  # each metric averages the test rows where its target is known
-        ctx.require_rows(int(test[target].notna().sum()), f"metrics of '{target}'")
+    known = {} if test is None else {t: int(test[t].notna().sum()) for t in request.config.get("targets", [])
+                                     if t in test.columns}  # each metric averages these test rows
+    for target, n in known.items():
+        ctx.require_rows(n, f"metrics of '{target}'")
     folder = ctx.workdir / FOLDER / "global"
     if not folder.is_dir():
         raise FedpgmError("no released global model to stitch; the server must release one first")
@@ -141,7 +142,7 @@ def stitch(request: Message, ctx: ClientContext) -> Message:
     stitched.save(ctx.workdir / FOLDER / "stitched")
     seconds = time.process_time() - t0
     metrics = {}
-    for target in targets:
+    for target in known:
         if test is None or target not in model.schema:
             continue
         metrics[target] = {"global": target_metrics(model, test, target),

@@ -6,7 +6,14 @@ its feature's mean (0 for a standardised column, the class frequencies for a one
 "unknown" always means "at the mean", as the NGM papers do.
 
 The layout also keeps what sampling needs to start a feature from its marginal without any raw
-row: 101 quantiles (0.5% .. 99.5%) of each numeric feature and each category's frequency.
+row: each numeric feature's quantile function as block means (``block_quantiles``) and each
+category's frequency.
+
+Every number a model carries summarises at least ``min_rows`` rows (the client policy's floor,
+``fedpgm.data.policy``; ``MIN_ROWS`` = its default 10 for library calls outside a federation).
+Interpolated quantiles of n <= 101 rows are the sorted rows themselves, so a quantile function
+is sent as the means of k = min(101, n // min_rows) contiguous blocks of the sorted values
+(each >= min_rows values), block i at level (i + 1/2) / k.
 """
 
 from __future__ import annotations
@@ -16,10 +23,34 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 
-QUANTILES = np.linspace(0.005, 0.995, 101)
+MIN_ROWS = ClientPolicy().min_rows  # the policy default: rows behind every statistic outside a federation
+MAX_QUANTILES = 101
+
+
+def block_quantiles(v: np.ndarray, min_rows: int = MIN_ROWS) -> list[float]:
+    """(k,) the quantile function of the values ``v`` (n,) as the means of k = min(101, n //
+    min_rows) contiguous blocks of the sorted values (sizes differ by at most one, each >=
+    ``min_rows``); block i stands at level (i + 1/2) / k. Refuses n < ``min_rows``."""
+    v = np.sort(np.asarray(v, dtype=float))
+    k = min(MAX_QUANTILES, len(v) // min_rows)
+    if k < 1:
+        raise FedpgmError(f"{len(v)} value(s) are fewer than min_rows={min_rows}; no quantile can be "
+                          "sent (add rows or lower the policy's min_rows)")
+    return [float(b.mean()) for b in np.array_split(v, k)]
+
+
+def quantile_curve(q) -> tuple[np.ndarray, np.ndarray]:
+    """(levels, values), (k + 2,) each: the piecewise-linear quantile function through the k block
+    means ``q`` at levels (i + 1/2) / k, extended half a block to levels 0 and 1 along the end
+    slopes; ``np.interp(u, levels, values)`` draws from it."""
+    q = np.asarray(q, dtype=float)
+    k = len(q)
+    lo, hi = (q[0], q[-1]) if k < 2 else (q[0] - (q[1] - q[0]) / 2, q[-1] + (q[-1] - q[-2]) / 2)
+    return np.concatenate([[0.0], (np.arange(k) + 0.5) / k, [1.0]]), np.concatenate([[lo], q, [hi]])
 
 
 def numeric(f: Feature) -> bool:
@@ -35,8 +66,9 @@ class Layout:
     stats: dict[str, dict]
 
     @staticmethod
-    def fit(frame: pd.DataFrame, schema: Schema) -> "Layout":
-        """Per-feature statistics from the training rows (NaN ignored)."""
+    def fit(frame: pd.DataFrame, schema: Schema, min_rows: int = MIN_ROWS) -> "Layout":
+        """Per-feature statistics from the training rows (NaN ignored), each of >= ``min_rows``
+        rows: a numeric feature with fewer observed values is refused."""
         stats = {}
         for f in schema.features:
             v = frame[f.name].to_numpy(dtype=float)
@@ -44,9 +76,12 @@ class Layout:
             if v.size == 0:
                 raise FedpgmError(f"column '{f.name}' has no observed value; drop it or add rows")
             if numeric(f):
+                if v.size < min_rows:
+                    raise FedpgmError(f"column '{f.name}' has {v.size} observed value(s), fewer than "
+                                      f"min_rows={min_rows}; add rows or lower min_rows")
                 std = float(v.std())
                 stats[f.name] = {"mean": float(v.mean()), "std": std if std > 1e-12 else 1.0,
-                                 "quantiles": np.quantile(v, QUANTILES).tolist()}
+                                 "quantiles": block_quantiles(v, min_rows)}
             else:
                 counts = np.bincount(v.astype(int), minlength=f.cardinality) + 1.0  # Laplace
                 stats[f.name] = {"freq": (counts / counts.sum()).tolist()}
@@ -127,4 +162,7 @@ class Layout:
         missing = [n for n in schema.names if n not in d["stats"]]
         if missing:
             raise FedpgmError(f"model layout lacks statistics for {missing}; the file is damaged")
+        empty = [f.name for f in schema.features if numeric(f) and not d["stats"][f.name].get("quantiles")]
+        if empty:
+            raise FedpgmError(f"model layout has no quantiles for {empty}; the file is damaged")
         return Layout(schema, d["stats"])

@@ -28,7 +28,7 @@ import torch
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.graph import adjacency
-from fedpgm.ngm.layout import Layout
+from fedpgm.ngm.layout import MIN_ROWS, Layout
 from fedpgm.ngm.model import NGM, NGMSettings, Objective, train, validation_rows
 from fedpgm.ngm.network import NGMNet
 
@@ -120,11 +120,13 @@ def widen(net: NGMNet, layout: Layout, graph: nx.Graph,
 
 
 def stitch(model: NGM, frame: pd.DataFrame, schema: Schema, edges: nx.Graph,
-           settings: NGMSettings | None = None, units_per_feature: int = 16) -> NGM:
+           settings: NGMSettings | None = None, units_per_feature: int = 16,
+           min_rows: int = MIN_ROWS) -> NGM:
     """The global ``model`` widened for ``schema``'s features it lacks and trained on ``frame``.
 
     ``edges`` holds the client's graph; its edges touching an extra feature join the global
-    graph. The global features keep the global encoding (its statistics).
+    graph. The global features keep the global encoding (its statistics). ``min_rows``: the
+    fewest rows behind each new quantile (the client's policy; see ``Layout.fit``).
     """
     settings = settings or model.settings
     extra = [f for f in schema.features if f.name not in model.schema]
@@ -134,7 +136,7 @@ def stitch(model: NGM, frame: pd.DataFrame, schema: Schema, edges: nx.Graph,
     if missing:
         raise FedpgmError(f"the client lacks global feature(s) {missing}; stitching needs them all")
     full = Schema(model.schema.features + tuple(extra))
-    extra_layout = Layout.fit(frame, Schema(tuple(extra)))
+    extra_layout = Layout.fit(frame, Schema(tuple(extra)), min_rows)
     layout = Layout(full, {**model.layout.stats, **extra_layout.stats})
     graph = nx.Graph(model.graph)
     names = {f.name for f in extra}
@@ -148,5 +150,5 @@ def stitch(model: NGM, frame: pd.DataFrame, schema: Schema, edges: nx.Graph,
     history = train(net, objective, X, seen, settings, after_epoch=best)
     best.restore(net)
     out = NGM(layout, graph, net, settings, history=history)
-    out.residuals = out.residual_quantiles(X, seen)
+    out.residuals = out.residual_quantiles(X, seen, min_rows)
     return out
