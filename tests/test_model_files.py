@@ -1,4 +1,4 @@
-"""A saved FedPC tampered with in 44 ways: every case a FedpgmError, in bounded memory."""
+"""A saved FedPC tampered with in 49 ways: every case a FedpgmError, in bounded memory."""
 
 import json
 import os
@@ -14,7 +14,7 @@ from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.fedpc import FedPC, fit_fedpc
-from fedpgm.model_files import file_record
+from fedpgm.model_files import SEAL, file_record
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +103,11 @@ TAMPER = {
     "fedpc.json schema of other columns": edit_json("fedpc.json")(
         lambda d: d["schema"]["features"][0].update(name="intruder")),
     "fedpc.json without a plan": edit_json("fedpc.json")(lambda d: d.pop("plan")),
+    "fedpc.json plan.subspaces a string": edit_json("fedpc.json")(lambda d: d["plan"].update(subspaces="abc")),
+    "fedpc.json without its checksum": edit_json("fedpc.json")(lambda d: d.pop(SEAL)),
+    "fedpc.json report edited": edit_json("fedpc.json")(lambda d: d["info"].update(glue="edited")),
+    "fedpc.json without file records": edit_json("fedpc.json")(lambda d: d.pop("files")),
+    "fedpc.json components 10**9": edit_json("fedpc.json")(lambda d: d.update(components=10 ** 9)),
     # circuit/structure.json
     "structure.json removed": lambda f: (f / "circuit" / "structure.json").unlink(),
     "structure.json not json": write("circuit/structure.json", "{broken"),

@@ -107,6 +107,10 @@ HOSTILE = {
     "config nested 65 deep": craft(header(config=NESTED_65)),
     "NaN in config": craft(b'{"name":"m","config":{"x":NaN},"arrays":[]}'),
     "Infinity in config": craft(b'{"name":"m","config":{"x":-Infinity},"arrays":[]}'),
+    "4301-digit integer in config": craft(b'{"name":"m","config":{"x":' + b"7" * 4301 + b'},"arrays":[]}'),
+    "4301-digit shape": craft(b'{"name":"m","config":{},"arrays":[["x","<f8",[' + b"9" * 4301 + b'],0,32]]}', BODY),
+    "1e999 in config": craft(b'{"name":"m","config":{"x":1e999},"arrays":[]}'),
+    "lone surrogate name": craft(b'{"name":"\\ud800","config":{},"arrays":[["\\udfff","|V8",[1],0,8]]}', BODY),
     "arrays not a list": craft(header() | {"arrays": {"x": 1}}),
     "entry not a list": craft(header([{"key": "x"}])),
     "entry of 4 items": craft(header([["x", "<f8", [4], 0]]), BODY),
@@ -152,7 +156,7 @@ def test_hostile_bytes_are_a_codec_error_in_bounded_memory(case):
 
 
 def test_hostile_set_has_the_issues_40_cases_and_the_good_message_still_decodes():
-    assert len(HOSTILE) >= 40
+    assert len(HOSTILE) >= 44
     good = craft(header([entry("a", shape=(8,), nbytes=64), entry("b", off=64)]), BODY * 2)
     msg = decode(good)
     assert msg.arrays["a"].shape == (8,) and msg.arrays["b"].shape == (4,)
@@ -165,3 +169,19 @@ def test_encode_refuses_nan_in_config_and_too_deep_configs():
         encode(Message("m", {}, NESTED_65))
     deepest_allowed = NESTED_65["a"]["a"]
     assert decode(encode(Message("m", {}, deepest_allowed))).config == deepest_allowed
+
+
+def test_nothing_but_codec_error_escapes_decode(monkeypatch):
+    """Whatever fails inside (a non-buffer; an exception no check foresaw), the caller sees a
+    ``CodecError``: ``Federation.broadcast`` catches only that."""
+    import fedpgm.federation.codec as codec
+
+    def surprise(*args):
+        raise RuntimeError("surprise")
+
+    with pytest.raises(CodecError):
+        decode(object())
+    good = encode(Message("m", {"x": np.arange(3.0)}))
+    monkeypatch.setattr(codec, "check_entry", surprise)
+    with pytest.raises(CodecError, match=r"corrupt message \(RuntimeError: surprise\)"):
+        decode(good)

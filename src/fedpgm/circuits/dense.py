@@ -365,20 +365,27 @@ class DenseCircuit(nn.Module):
                 "schema": None if self.schema is None else self.schema.to_dict(), "columns": self.columns}
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "DenseCircuit":
+    def from_spec(cls, spec: dict, where: str = "dense circuit", graph: RegionGraph | None = None) -> "DenseCircuit":
+        """The module ``spec`` describes, its parameters unset (``load_arrays`` fills them). A file's
+        spec is checked first (``fedpgm.circuits.io.dense_graph``: every field, and a size the
+        arrays can back), which passes its ``graph``."""
         try:
             options = {k: v for k, v in spec.get("input_options", {}).items() if k != "levels"}
-            model = cls(RegionGraph.from_dict(spec["graph"]), int(spec["units"]), str(spec["input"]),
-                        spec.get("levels"), options, seed=None)
+            graph = graph if graph is not None else RegionGraph.from_dict(spec["graph"])
+            model = cls(graph, int(spec["units"]), str(spec["input"]), spec.get("levels"), options, seed=None)
             if spec.get("schema") is not None:
                 model.schema = Schema.from_dict(spec["schema"])
                 columns = [int(c) for c in spec["columns"]]
                 if sorted(columns) != list(range(len(model.schema))) or len(columns) != model.graph.n_vars:
-                    raise FedpgmError("dense circuit description: its columns do not match its schema")
+                    raise FedpgmError(f"{where}: field 'spec.columns' does not match its schema")
                 model.columns = columns
             return model
-        except (KeyError, TypeError, ValueError) as e:
-            raise FedpgmError(f"dense circuit description is malformed ({type(e).__name__}: {e})") from None
+        except RecursionError:  # (a chain of regions deeper than Python's stack)
+            raise FedpgmError(f"{where}: field 'spec.graph' nests its regions too deeply") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            if isinstance(e, FedpgmError):
+                raise FedpgmError(f"{where}: field 'spec': {e}") from None
+            raise FedpgmError(f"{where}: dense circuit description is malformed ({type(e).__name__}: {e})") from None
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The parameters as arrays, all finite (padding is restored from the structure on load)."""

@@ -7,7 +7,9 @@ deliberately simple (no pickle; nothing in it is ever executed)::
     | zero padding to 64 bytes | each array's raw bytes, each padded to 64 bytes
 
 Bytes from a peer are untrusted: ``decode`` turns every malformed input into a ``CodecError``
-(never another exception), bounds the config's nesting, checks each array's dtype, shape and
+(never another exception: JSON that ``json`` cannot take, such as a 4,301-digit integer, a number
+overflowing to infinity or deep nesting, and as a last guard anything else that goes wrong
+while decoding), bounds the config's nesting, checks each array's dtype, shape and
 offset as Python integers, and refuses arrays that overlap, so decoding never uses more memory
 than the message itself. NaN and Infinity are refused in configs (``json`` would accept them).
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedpgm.errors import FedpgmError
-from fedpgm.model_files import json_depth
+from fedpgm.model_files import json_depth, parse_json
 
 MAGIC = b"FPGM"
 VERSION = 1
@@ -102,10 +104,6 @@ def encode(message: Message) -> np.ndarray:
     return buf
 
 
-def reject_constant(name: str):
-    raise CodecError(f"config holds {name}; only finite numbers may be sent")
-
-
 def is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -148,7 +146,16 @@ def decode(data) -> Message:
     message's size plus its header, whatever the declared shapes say. Array values are not
     judged here (NaN marks a missing value in query rows); each handler checks what it reads.
     """
-    view = memoryview(data).cast("B")
+    try:
+        return decode_checked(data)
+    except CodecError:
+        raise
+    except Exception as e:  # a last guard: bytes from a peer never raise anything but CodecError
+        raise CodecError(f"corrupt message ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def read_header(view: memoryview) -> tuple[dict, int]:
+    """The header JSON, checked for its three keys, and where it ends."""
     head = len(MAGIC) + 9
     if len(view) < head or bytes(view[: len(MAGIC)]) != MAGIC:
         raise CodecError("not a fedpgm message (bad magic bytes)")
@@ -157,27 +164,32 @@ def decode(data) -> Message:
     (hlen,) = struct.unpack("<Q", view[len(MAGIC) + 1: head])
     if head + hlen > len(view):
         raise CodecError("truncated message (header longer than the data)")
-    try:
-        header = json.loads(bytes(view[head: head + hlen]).decode("utf-8"), parse_constant=reject_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CodecError(f"corrupt message header ({e})") from None
-    except RecursionError:
-        raise CodecError(f"message header nested too deeply (at most {MAX_CONFIG_DEPTH} levels)") from None
+    try:  # the header nests the config one level deeper
+        header = parse_json(bytes(view[head: head + hlen]).decode("utf-8"), MAX_CONFIG_DEPTH + 1)
+    except (ValueError, RecursionError, MemoryError) as e:  # UnicodeDecodeError, JSONDecodeError, digits
+        raise CodecError(f"corrupt message header ({str(e)[:200]}; at most {MAX_CONFIG_DEPTH} levels of "
+                         "nesting and finite numbers)") from None
     if not isinstance(header, dict) or set(header) != {"name", "config", "arrays"}:
         raise CodecError("corrupt message header (want the keys name, config and arrays)")
+    return header, head + hlen
+
+
+def decode_checked(data) -> Message:
+    """``decode`` without its last guard."""
+    view = memoryview(data).cast("B")
+    header, start = read_header(view)
     name, config, entries = header["name"], header["config"], header["arrays"]
     if not isinstance(name, str) or not name or not isinstance(config, dict) or not isinstance(entries, list):
         raise CodecError("corrupt message header (name must be a string, config an object, arrays a list)")
     if json_depth(config, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
         raise CodecError(f"config of message '{name[:40]}' is nested deeper than {MAX_CONFIG_DEPTH} levels")
-    start = head + hlen
     start += pad(start)
     body = max(0, len(view) - start)
     arrays, end = {}, 0
     for entry in entries:
         key, dtype, shape, off, nbytes = check_entry(entry, body, end)
         if key in arrays:
-            raise CodecError(f"array '{key}' appears twice in message '{name[:40]}'")
+            raise CodecError(f"array '{key[:40]}' appears twice in message '{name[:40]}'")
         end = off + nbytes
         raw = np.frombuffer(view[start + off: start + end], dtype=np.uint8)
         arrays[key] = raw.copy().view(dtype).reshape(shape)

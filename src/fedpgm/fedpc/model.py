@@ -9,8 +9,10 @@
   log-likelihoods of its circuits), with the same numbers as the server placement. If a client is
   unreachable, its columns are marginalised and ``notes`` says so.
 
-Files: ``fedpc.json`` (plan, schema, fit report) and, for server placement, the assembled
-circuit as ``circuit/structure.json`` + ``circuit/params.safetensors``; nothing is pickled.
+Files: ``fedpc.json`` (plan, schema, fit report, the records of the circuit files, its own
+checksum) and, for server placement, the assembled circuit as ``circuit/structure.json`` +
+``circuit/params.safetensors`` (or the dense client circuits under ``components/``); nothing
+is pickled, and every field is checked on load (``FedPC.load``).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.learners import log_likelihood_of
 from fedpgm.circuits.estimator import as_matrix
-from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.io import STRUCTURE, load_circuit, save_circuit
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.model_files import read_json
+from fedpgm.model_files import (SEAL, BadModelFile, check_file, check_keys, check_seal, file_record, need,
+                                need_float, need_int, need_list, read_json, schema_of, seal)
 from fedpgm.federation.base import Federation
 from fedpgm.fedpc.plan import Plan, combine
 from fedpgm.files import atomic_folder
@@ -189,42 +192,124 @@ class FedPC:
 
     # -- files --------------------------------------------------------------------------------
     def save(self, folder) -> Path:
-        """``fedpc.json`` + the assembled circuit (server placement), replaced atomically."""
+        """``fedpc.json`` + the assembled circuit (server placement) or the dense client circuits,
+        replaced atomically; ``fedpc.json`` records each circuit's ``structure.json`` (size and
+        SHA-256, which in turn records its arrays) and its own checksum (``seal``)."""
         folder = Path(folder)
         doc: dict[str, Any] = {"format": FORMAT, "schema": self.schema.to_dict(), "plan": self.plan.to_dict(),
-               "placement": self.placement, "info": self.info}
+                               "placement": self.placement, "info": self.info}
         with atomic_folder(folder) as tmp:
             if self.components is not None:
                 doc["components"] = len(self.components)
                 for i, c in enumerate(self.components):
                     save_circuit(c, tmp / "components" / f"{i:04d}")
-            (tmp / "fedpc.json").write_text(json.dumps(doc, indent=1) + "\n")
             if self.circuit is not None:
                 save_circuit(self.circuit, tmp / "circuit")
+            doc["files"] = {name: file_record(tmp / name) for name in part_files(doc)}
+            (tmp / "fedpc.json").write_text(json.dumps(seal(doc), indent=1) + "\n")
         return folder
 
     @classmethod
     def load(cls, folder) -> "FedPC":
+        """The FedPC saved in ``folder``; every field of ``fedpc.json`` is checked (types, the plan
+        against the schema, the circuits' records) before any circuit is read."""
         folder = Path(folder)
         path = folder / "fedpc.json"
         if not path.is_file():
             raise FedpgmError(f"{folder} has no fedpc.json; pass a folder written by `fedpgm fedpc fit --out`")
-        doc = read_json(path)
+        doc, where = read_json(path), str(path)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise FedpgmError(f"{path} is not a {FORMAT} file")
-        missing = [k for k in ("schema", "plan") if not isinstance(doc.get(k), dict)]
-        if missing:
-            raise FedpgmError(f"{path} lacks {missing}; pass a folder written by `fedpgm fedpc fit --out`")
-        schema = Schema.from_dict(doc["schema"])
-        plan = Plan.from_dict(doc["plan"])
-        if isinstance(doc.get("components"), int):  # dense client circuits, combined by the plan
+        check_keys(doc, where, "document", ("format", "schema", "plan", "placement", "info"),
+                   ("components", "files", SEAL))
+        schema = schema_of(doc["schema"], where)
+        plan = plan_of(doc["plan"], schema, where)
+        need(doc["info"], dict, where, "info", "an object")
+        if doc["placement"] not in ("server", "split"):
+            raise BadModelFile(f"{where}: field 'placement' must be 'server' or 'split', "
+                               f"got {repr(doc['placement'])[:40]}")
+        if "components" in doc:
+            need_int(doc["components"], where, "components", len(plan.components), len(plan.components))
+        check_parts(folder, doc, where)
+        check_seal(doc, where)
+        if "components" in doc:  # dense client circuits, combined by the plan
             loaded = [load_circuit(folder / "components" / f"{i:04d}")[0] for i in range(doc["components"])]
             components = [c for c in loaded if isinstance(c, DenseCircuit)]
-            if len(components) != len(loaded) or len(components) != len(plan.components) or any(
+            if len(components) != len(loaded) or any(
                     c.schema is None or not set(c.schema.names) <= set(schema.names) for c in components):
                 raise FedpgmError(f"{folder}: the saved client circuits do not match fedpc.json's plan and schema")
-            return cls(schema, plan, None, doc.get("info", {}), components=components)
-        circuit = load_circuit(folder / "circuit")[0] if doc.get("placement") == "server" else None
+            return cls(schema, plan, None, doc["info"], components=components)
+        circuit = load_circuit(folder / "circuit")[0] if doc["placement"] == "server" else None
         if circuit is not None and (not isinstance(circuit, Circuit) or circuit.schema.names != schema.names):
             raise FedpgmError(f"{folder}: the circuit's variables differ from fedpc.json's schema")
-        return cls(schema, plan, circuit, doc.get("info", {}))
+        return cls(schema, plan, circuit, doc["info"])
+
+
+def part_files(doc: dict) -> list[str]:
+    """The circuit documents a ``fedpc.json`` records, relative to its folder."""
+    if "components" in doc:
+        return [f"components/{i:04d}/{STRUCTURE}" for i in range(doc["components"])]
+    return [f"circuit/{STRUCTURE}"] if doc["placement"] == "server" else []
+
+
+def check_parts(folder: Path, doc: dict, where: str) -> None:
+    """Each circuit document the model has matches the size and SHA-256 ``files`` records."""
+    names = part_files(doc)
+    records = doc.get("files")
+    if not isinstance(records, dict) or sorted(records) != sorted(names):
+        raise BadModelFile(f"{where}: field 'files' must record exactly {names[:3]}{' ...' if len(names) > 3 else ''} "
+                           "(written by an older fedpgm, or edited); fit the model again")
+    for name in names:
+        if not (folder / name).is_file():
+            raise FedpgmError(f"{folder} has no {name}; the model folder is incomplete")
+        check_file(folder / name, records[name], where)
+
+
+def plan_of(doc, schema: Schema, where: str) -> Plan:
+    """The plan of a ``fedpc.json``, every field's type checked, its features in ``schema``."""
+    check_keys(doc, where, "plan", ("subspaces", "components", "alternatives", "products", "product_weights"))
+    subspaces = need_list(doc["subspaces"], where, "plan.subspaces")
+    for j, s in enumerate(subspaces):
+        check_keys(s, where, f"plan.subspaces[{j}]", ("features", "clients"))
+        unknown = [f for f in need_list(s["features"], where, f"plan.subspaces[{j}].features", str) if f not in schema]
+        if unknown:
+            raise BadModelFile(f"{where}: field 'plan.subspaces[{j}].features' names {unknown[:3]}, not in the schema")
+        need_list(s["clients"], where, f"plan.subspaces[{j}].clients", str)
+    for i, c in enumerate(need_list(doc["components"], where, "plan.components")):
+        check_keys(c, where, f"plan.components[{i}]", ("client", "key", "subspace", "n"))
+        need(c["client"], str, where, f"plan.components[{i}].client")
+        need(c["key"], str, where, f"plan.components[{i}].key")
+        need_int(c["subspace"], where, f"plan.components[{i}].subspace", 0, len(subspaces) - 1)
+        need_int(c["n"], where, f"plan.components[{i}].n")
+    alternatives = need_list(doc["alternatives"], where, "plan.alternatives", list, len(subspaces))
+    for j, alts in enumerate(alternatives):
+        for k, a in enumerate(alts):
+            name = f"plan.alternatives[{j}][{k}]"
+            check_keys(a, where, name, ("components", "weights"))
+            need_list(a["components"], where, f"{name}.components", int)
+            for w, x in enumerate(need_list(a["weights"], where, f"{name}.weights", float)):
+                need_float(x, where, f"{name}.weights[{w}]", 0.0)
+    for p, product in enumerate(need_list(doc["products"], where, "plan.products", list)):
+        need_list(product, where, f"plan.products[{p}]", int)
+    for p, x in enumerate(need_list(doc["product_weights"], where, "plan.product_weights", float)):
+        need_float(x, where, f"plan.product_weights[{p}]", 0.0)
+    try:
+        plan = Plan.from_dict(doc)
+    except FedpgmError as e:
+        raise BadModelFile(f"{where}: field 'plan': {e}") from None
+    check_plan_fits(plan, schema, where)
+    return plan
+
+
+def check_plan_fits(plan: Plan, schema: Schema, where: str) -> None:
+    """As ``fit_fedpc`` builds a plan: the subspaces split the schema's features, each component
+    is of a client holding its subspace, and each subspace's alternatives use its components."""
+    features = [f for s in plan.subspaces for f in s["features"]]
+    if sorted(features) != sorted(schema.names):
+        raise BadModelFile(f"{where}: field 'plan.subspaces' does not split the schema's features in parts")
+    for i, c in enumerate(plan.components):
+        if c["client"] not in plan.subspaces[c["subspace"]]["clients"]:
+            raise BadModelFile(f"{where}: field 'plan.components[{i}].client' does not hold its subspace")
+    for j, alts in enumerate(plan.alternatives):
+        if any(plan.components[i]["subspace"] != j for a in alts for i in a.components):
+            raise BadModelFile(f"{where}: field 'plan.alternatives[{j}]' uses another subspace's components")

@@ -44,6 +44,8 @@ every other component): the start is drawn from its marginal (quantiles or class
 each next feature from its predicted distribution given the features drawn so far (categorical)
 or as the prediction plus a residual drawn from the quantiles of the validation residuals of
 that same prediction (same start, same features before it), so the noise matches the evidence.
+Every quantile function is block means of >= ``min_rows`` values (``layout.block_quantiles``),
+drawn from along ``layout.quantile_curve``.
 Optional Gibbs sweeps then redraw each feature given all the others: the NGM's outputs are
 the full conditionals of a dependency network, whose Gibbs chain is how such a model samples;
 the one-pass draw conditions each feature only on the part of its neighbourhood drawn before.
@@ -67,9 +69,10 @@ from fedpgm.data.schema import Schema
 from fedpgm.early_stopping import EarlyStopping
 from fedpgm.errors import FedpgmError
 from fedpgm.files import atomic_folder
-from fedpgm.model_files import check_file, check_finite, file_record, read_json
+from fedpgm.model_files import (SEAL, BadModelFile, check_file, check_finite, check_keys, check_seal, file_record,
+                                need, need_float, need_list, read_json, schema_of, seal)
 from fedpgm.ngm.graph import adjacency, from_edges, to_edges, top_edges
-from fedpgm.ngm.layout import QUANTILES, Layout, numeric
+from fedpgm.ngm.layout import MIN_ROWS, Layout, block_quantiles, numeric, quantile_curve
 from fedpgm.ngm.network import NGMNet
 
 FORMAT = "fedpgm-ngm/1"
@@ -348,13 +351,15 @@ class NGM:
     def fit(frame: pd.DataFrame, schema: Schema, graph: nx.Graph | None = None,
             settings: NGMSettings | None = None, layout: Layout | None = None,
             progress=None, teachers: list["NGM"] | None = None,
-            teacher_of: np.ndarray | None = None) -> "NGM":
+            teacher_of: np.ndarray | None = None, min_rows: int = MIN_ROWS) -> "NGM":
         """Learn an NGM on ``frame``'s ``schema`` columns under ``graph`` (None: NGR or complete).
 
         ``layout`` fixes the encoding (e.g. the federation's agreed statistics); by default it
         is fitted on ``frame``. ``teachers``: distil them on ``frame``'s rows: ``teacher_of``
         (rows,) int names each row's teacher, whose predictions are its fit targets (see
         ``Teachers``); -1 keeps a row's own values (e.g. public rows); None with one teacher.
+        ``min_rows``: the fewest rows behind each quantile the model keeps (a client passes its
+        policy's; the policy default 10 otherwise).
         """
         settings = settings or NGMSettings()
         schema.check_names(frame.columns.intersection(schema.names))
@@ -363,7 +368,7 @@ class NGM:
             raise FedpgmError(f"training table lacks column(s) {missing}; add them or drop them from the schema")
         if len(frame) < 2:
             raise FedpgmError(f"{len(frame)} row(s) are too few to train an NGM; add rows")
-        layout = layout or Layout.fit(frame, schema)
+        layout = layout or Layout.fit(frame, schema, min_rows)
         if graph is None:
             if not settings.revealer:
                 raise FedpgmError("an NGM needs a graph; pass one or use the NGR variant (revealer=True)")
@@ -381,18 +386,28 @@ class NGM:
         model = NGM(layout, graph, net, settings, history=history)
         if settings.revealer:
             model.graph = model.revealed_graph(settings.sparsity)
-        model.residuals = model.residual_quantiles(X, seen)
+        model.residuals = model.residual_quantiles(X, seen, min_rows)
         return model
 
-    def residual_quantiles(self, X: np.ndarray, seen: np.ndarray) -> dict[str, dict[str, list[float]]]:
-        """``[start][feature]``: quantiles of a numeric feature's standardised residual on the
-        validation rows when predicted, as sampling does, from the features before it in the
-        breadth-first order from ``start`` (the noise sampling adds to the prediction), and
-        ``[FULL][feature]`` when predicted from all other features (Gibbs sweeps)."""
+    def residual_quantiles(self, X: np.ndarray, seen: np.ndarray,
+                           min_rows: int = MIN_ROWS) -> dict[str, dict[str, list[float]]]:
+        """``[start][feature]``: quantiles (block means of >= ``min_rows`` values) of a numeric
+        feature's standardised residual on the validation rows when predicted, as sampling does,
+        from the features before it in the breadth-first order from ``start`` (the noise sampling
+        adds to the prediction), and ``[FULL][feature]`` when predicted from all other features
+        (Gibbs sweeps). ``X`` (rows, D'), ``seen`` (rows, F). With fewer than 2 * ``min_rows``
+        validation rows, all rows (a small client: two blocks at least); [0.0] (no noise) for a
+        feature with fewer than ``min_rows`` observed residuals."""
         rows = validation_rows(len(X), self.settings)
+        if len(rows) < 2 * min_rows:
+            rows = np.arange(len(X))
         n_val = len(rows)
         Xv, Sv = X[rows], seen[rows]
         means = self.layout.means()
+
+        def quantiles(r: np.ndarray) -> list[float]:
+            return block_quantiles(r, min_rows) if r.size >= min_rows else [0.0]
+
         res: dict[str, dict[str, list[float]]] = {}
         for start in self.names:
             x = np.tile(means, (n_val, 1)).astype(np.float32)
@@ -402,9 +417,7 @@ class NGM:
                     with torch.no_grad():
                         out = self.net(torch.as_tensor(x))[:, b.start].numpy()
                     ok = Sv[:, i]
-                    r = Xv[ok, b.start] - out[ok]
-                    res.setdefault(start, {})[name] = (np.quantile(r, QUANTILES).tolist() if r.size
-                                                       else [0.0] * len(QUANTILES))
+                    res.setdefault(start, {})[name] = quantiles(Xv[ok, b.start] - out[ok])
                 x[Sv[:, i], b] = Xv[Sv[:, i], b]  # reveal it, as sampling fixes it
         x = Xv.copy()
         for i, (f, b) in enumerate(zip(self.schema.features, self.layout.blocks)):
@@ -413,9 +426,7 @@ class NGM:
                 hidden[:, b] = means[b]
                 with torch.no_grad():
                     out = self.net(torch.as_tensor(hidden))[:, b.start].numpy()
-                r = Xv[Sv[:, i], b.start] - out[Sv[:, i]]
-                res.setdefault(FULL, {})[f.name] = (np.quantile(r, QUANTILES).tolist() if r.size
-                                                    else [0.0] * len(QUANTILES))
+                res.setdefault(FULL, {})[f.name] = quantiles(Xv[Sv[:, i], b.start] - out[Sv[:, i]])
         res.setdefault(FULL, {})
         return res
 
@@ -565,13 +576,13 @@ class NGM:
         f, b, stats = self.schema[name], self.layout.block(name), self.layout.stats[name]
         n = len(X)
         if numeric(f):
-            q = (np.asarray(stats["quantiles"]) - stats["mean"]) / stats["std"]
+            levels, q = quantile_curve((np.asarray(stats["quantiles"]) - stats["mean"]) / stats["std"])
             if marginal:
-                value = np.interp(rng.uniform(size=n), QUANTILES, q)
+                value = np.interp(rng.uniform(size=n), levels, q)
             else:
                 with torch.no_grad():
                     out = self.net(torch.as_tensor(X))[:, b.start].numpy()
-                noise = np.interp(rng.uniform(size=n), QUANTILES, np.asarray(residuals or [0.0] * len(QUANTILES)))
+                noise = np.interp(rng.uniform(size=n), *quantile_curve(residuals or [0.0]))
                 value = np.clip(out + noise, q[0], q[-1])
             if f.kind == "ordinal":  # snap to a level, as the data has
                 value = (self.layout.to_value(name, value) - stats["mean"]) / stats["std"]
@@ -604,54 +615,141 @@ class NGM:
 
     @staticmethod
     def from_payload(doc: dict, arrays: dict[str, np.ndarray], where: str = "model") -> "NGM":
+        """The NGM of a document and its weight arrays (a file's or a peer's), every field checked
+        (``check_document``) and the arrays' names, dtypes and shapes matched to the widths before
+        the network is built."""
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise FedpgmError(f"{where} is not an NGM ({FORMAT}); write one with `fedpgm ngm fit`")
+        layout, widths = check_document(doc, where)
         try:
-            layout = Layout.from_dict(doc["layout"])
-            widths = [int(w) for w in doc["widths"]]
             settings = NGMSettings.from_dict(doc["settings"])
             graph = from_edges(layout.schema.names, doc["edges"])
-            residuals = {str(s): {str(k): [float(x) for x in v] for k, v in by.items()}
-                         for s, by in doc["residuals"].items()}
         except (KeyError, TypeError, ValueError) as e:
             raise FedpgmError(f"{where} is damaged ({type(e).__name__}: {e}); write it again") from None
+        residuals = {s: {k: [float(x) for x in v] for k, v in by.items()} for s, by in doc["residuals"].items()}
         if widths[0] != layout.width or widths[-1] != layout.width:
             raise FedpgmError(f"{where}: network width {widths[0]} does not match its {layout.width} columns")
+        expected = {}
         for i in range(len(widths) - 1):
-            for key, shape in ((f"W{i}", (widths[i + 1], widths[i])), (f"b{i}", (widths[i + 1],))):
-                if key not in arrays or tuple(arrays[key].shape) != shape:
-                    got = None if key not in arrays else tuple(arrays[key].shape)
-                    raise FedpgmError(f"{where}: weight {key} should have shape {shape}, has {got}")
+            expected.update({f"W{i}": (widths[i + 1], widths[i]), f"b{i}": (widths[i + 1],)})
+        for key, shape in expected.items():
+            if key not in arrays or tuple(arrays[key].shape) != shape:
+                got = None if key not in arrays else tuple(arrays[key].shape)
+                raise FedpgmError(f"{where}: weight {key} should have shape {shape}, has {got}")
+        odd = sorted(k for k in arrays if k not in expected or np.asarray(arrays[k]).dtype.kind != "f")
+        if odd:
+            raise FedpgmError(f"{where}: weight arrays {[str(k)[:40] for k in odd[:5]]} are unknown or not floats")
         return NGM(layout, graph, NGMNet.from_arrays(arrays, widths), settings, residuals)
 
     def save(self, folder: str | Path, meta: dict | None = None) -> Path:
         """``model.json`` + ``weights.safetensors`` in ``folder`` (replaced atomically); ``meta``
-        (JSON) is kept beside the model and read back as ``load(folder).meta``."""
+        (JSON) is kept beside the model and read back as ``load(folder).meta``. ``model.json``
+        records the weights' size and SHA-256 and its own checksum (``seal``)."""
         doc, arrays = self.to_payload()
         folder = Path(folder)
         with atomic_folder(folder) as tmp:
             save_file(arrays, str(tmp / WEIGHTS_FILE))
             doc = {**doc, "weights": file_record(tmp / WEIGHTS_FILE), "meta": meta if meta is not None else self.meta}
-            (tmp / MODEL_FILE).write_text(json.dumps(doc))
+            (tmp / MODEL_FILE).write_text(json.dumps(seal(doc)))
         return folder
 
     @staticmethod
     def load(folder: str | Path) -> "NGM":
+        """The NGM ``save`` wrote: fields checked, then the weights' record, the weights, the
+        network's shapes, and last the document's checksum; every failure a ``FedpgmError``."""
         folder = Path(folder)
         doc_path, weights_path = folder / MODEL_FILE, folder / WEIGHTS_FILE
         if not doc_path.is_file() or not weights_path.is_file():
             raise FedpgmError(f"{folder} is not an NGM folder ({MODEL_FILE} + {WEIGHTS_FILE}); "
                               "write one with `fedpgm ngm fit --out`")
-        doc = read_json(doc_path)
+        doc, where = read_json(doc_path), str(doc_path)
         if not isinstance(doc, dict):
             raise FedpgmError(f"{doc_path} is not an NGM model document")
-        check_file(weights_path, doc.get("weights"), str(folder))
+        check_keys(doc, where, "document", (*DOC_KEYS, "weights", "meta"), (SEAL,))
+        meta = check_meta(doc["meta"], where)
+        check_file(weights_path, doc["weights"], where)
         try:
             arrays = load_file(str(weights_path))
         except (SafetensorError, OSError) as e:
             raise FedpgmError(f"{folder}: cannot read the model ({e}); write it again") from None
-        check_finite(arrays, str(folder))
-        model = NGM.from_payload(doc, arrays, str(folder))
-        meta = doc.get("meta")
-        model.meta = meta if isinstance(meta, dict) else {}
+        check_finite(arrays, where)
+        model = NGM.from_payload(doc, arrays, where)
+        check_seal(doc, where)
+        model.meta = meta
         return model
+
+
+DOC_KEYS = ("format", "layout", "edges", "widths", "settings", "residuals")
+SETTING_TYPES = {"int": int, "float": float, "bool": bool}
+MAX_WIDTH = 2 ** 20
+
+
+def check_document(doc: dict, where: str) -> tuple[Layout, list[int]]:
+    """The layout and widths of an NGM document whose every field has its type and range."""
+    check_keys(doc, where, "document", DOC_KEYS, ("weights", "meta", SEAL))
+    layout = layout_of(doc["layout"], where)
+    widths = need_list(doc["widths"], where, "widths", int)
+    if len(widths) < 2 or any(not 1 <= w <= MAX_WIDTH for w in widths):
+        raise BadModelFile(f"{where}: field 'widths' must list at least 2 sizes 1..{MAX_WIDTH}")
+    settings = check_keys(doc["settings"], where, "settings", (), [f.name for f in fields(NGMSettings)])
+    for f in fields(NGMSettings):
+        if f.name in settings:
+            need(settings[f.name], SETTING_TYPES[str(f.type)], where, f"settings.{f.name}")
+    for i, e in enumerate(need_list(doc["edges"], where, "edges", list)):
+        need_list(e, where, f"edges[{i}]", str, 2)
+    residuals = check_keys(doc["residuals"], where, "residuals", (FULL,), layout.schema.names)
+    for start, by in residuals.items():
+        for name, values in check_keys(by, where, f"residuals.{start}", (), layout.schema.names).items():
+            quantile_list(values, where, f"residuals.{start}.{name}")
+    return layout, widths
+
+
+def layout_of(doc, where: str) -> Layout:
+    """The layout: its schema, and per feature the statistics sampling and encoding read."""
+    check_keys(doc, where, "layout", ("schema", "stats"))
+    schema = schema_of(doc["schema"], where, "layout.schema")
+    stats = check_keys(doc["stats"], where, "layout.stats", schema.names)
+    for f in schema.features:
+        name = f"layout.stats.{f.name}"
+        if numeric(f):
+            s = check_keys(stats[f.name], where, name, ("mean", "std", "quantiles"))
+            need_float(s["mean"], where, f"{name}.mean")
+            need_float(s["std"], where, f"{name}.std", 1e-300)
+            quantile_list(s["quantiles"], where, f"{name}.quantiles")
+            continue
+        freq = need_list(check_keys(stats[f.name], where, name, ("freq",))["freq"], where, f"{name}.freq",
+                         float, f.cardinality)
+        if any(need_float(p, where, f"{name}.freq", 0.0, 1.0) < 0 for p in freq) or abs(sum(freq) - 1) > 1e-6:
+            raise BadModelFile(f"{where}: field '{name}.freq' must be probabilities summing to 1")
+    try:
+        return Layout.from_dict(doc)
+    except FedpgmError as e:
+        raise BadModelFile(f"{where}: field 'layout': {e}") from None
+
+
+def quantile_list(values, where: str, name: str) -> None:
+    """A quantile function: 1 to ``MAX_QUANTILES`` finite numbers."""
+    from fedpgm.ngm.layout import MAX_QUANTILES
+
+    if not 1 <= len(need_list(values, where, name, float)) <= MAX_QUANTILES:
+        raise BadModelFile(f"{where}: field '{name}' must hold 1 to {MAX_QUANTILES} numbers")
+    for x in values:
+        need_float(x, where, name)
+
+
+def check_meta(meta, where: str) -> dict:
+    """``meta`` is an object; its ``estimator`` (if any) holds valid ``FederatedNGM`` parameters
+    and its ``info`` (if any) is an object."""
+    need(meta, dict, where, "meta", "an object")
+    if "info" in meta:
+        need(meta["info"], dict, where, "meta.info", "an object")
+    if "estimator" in meta:
+        from fedpgm.ngm.estimator import FederatedNGM  # (it imports this module)
+
+        params = need(meta["estimator"], dict, where, "meta.estimator", "an object")
+        try:
+            FederatedNGM().set_params(**params).check_params()
+        except (TypeError, ValueError) as e:  # (FedpgmError is a ValueError)
+            raise BadModelFile(f"{where}: field 'meta.estimator' is not valid for FederatedNGM: "
+                               f"{str(e)[:300]}") from None
+    return meta
