@@ -17,6 +17,10 @@ attributes: ``circuit_`` (the ``DenseCircuit``, which records its schema and col
 
 Devices: ``device="auto"`` is CUDA when torch sees a GPU, else the CPU; ``"cuda"`` without one
 is an error.
+
+``min_leaf_rows`` (a FedPC client's privacy floor; 1: none): every input's parameters are
+statistics of at least that many rows, by EM's floored M-steps or, after Adam, a floored
+projection (``fedpgm.circuits.dense_train``).
 """
 
 from __future__ import annotations
@@ -74,16 +78,19 @@ class DensePC(CheckedParams):
         "max_var": [Interval(Real, 0, None, closed="neither")],
         "device": [StrOptions(set(DEVICES))],
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
+        "min_leaf_rows": [Interval(Integral, 1, None, closed="left")],
     }
 
     def __init__(self, structure: str = "pd", units: int = 10, pieces: int = 8, cell: float | None = None,
                  depth: int = 2, repetitions: int = 4, leaf: str = "gaussian", method: str = "online", epochs: int = 5,
                  batch_size: int = 64, frequency: int = 5, step: float = 0.1, lr: float = 0.05,
-                 min_var: float = 1e-3, max_var: float = 0.25, device: str = "auto", seed: int = 0) -> None:
+                 min_var: float = 1e-3, max_var: float = 0.25, device: str = "auto", seed: int = 0,
+                 min_leaf_rows: int = 1) -> None:
         self.structure, self.units, self.pieces, self.cell, self.depth = structure, units, pieces, cell, depth
         self.repetitions, self.leaf, self.method, self.epochs = repetitions, leaf, method, epochs
         self.batch_size, self.frequency, self.step, self.lr = batch_size, frequency, step, lr
         self.min_var, self.max_var, self.device, self.seed = min_var, max_var, device, seed
+        self.min_leaf_rows = min_leaf_rows
 
     def check_params(self) -> "DensePC":
         super().check_params()
@@ -112,7 +119,7 @@ class DensePC(CheckedParams):
         self.initialise(model, data)
         start = time.perf_counter()
         self.history_ = dense_train.train(model, data, self.method, self.epochs, self.batch_size, self.frequency,
-                                          self.step, self.lr, self.seed, progress)
+                                          self.step, self.lr, self.seed, progress, self.min_leaf_rows)
         self.train_seconds_ = time.perf_counter() - start
         self.circuit_ = model
         return self
@@ -154,10 +161,13 @@ class DensePC(CheckedParams):
         mnist5k's training rows (3,500 / 500, Adam, cell 4, K 10, seeds 0 and 1): validation bpd
         1.666 / 1.672 from softmax(standard normal) logits, 1.550 / 1.551 with this start; the
         uniform share 0.5 gave 1.560 / 1.558, 0.95 gave 1.562, 1.0 (no data) 1.616, and noise
-        of 0.1 on the logits 1.564 (docs/images.md)."""
+        of 0.1 on the logits 1.564 (docs/images.md). With ``min_leaf_rows`` > 1, a column observed
+        in fewer rows than that starts with no data (means 0, uniform values)."""
         inputs = model.inputs
         if len(data) == 0:
             return
+        if self.min_leaf_rows > 1:
+            data = np.where((~np.isnan(data)).sum(0) >= self.min_leaf_rows, data, np.nan)
         var = inputs.var.cpu().numpy()
         if isinstance(inputs, CategoricalInput):
             levels = inputs.levels

@@ -15,6 +15,10 @@ statistics), a sample or mode per pair, and its parameters as plain tensors for 
   for reporting (``discrete=True``); the M-step is the Gaussian's (moments of the values).
 - ``categorical``: one probability per value 0..levels-1 (pixel intensities); exact M-step.
 - ``bernoulli``: binary values; exact M-step.
+
+``floor_statistics`` holds a floor of ``min_rows`` rows (a FedPC client's privacy policy) in the
+M-step: a unit whose posterior weights over the rows rest on fewer (sum q < min_rows x max q) takes
+its column's statistics over all rows (``marginal_statistics``) instead.
 """
 
 from __future__ import annotations
@@ -75,6 +79,10 @@ class InputLayer(nn.Module, ABC):
     @abstractmethod
     def statistics(self, x: torch.Tensor, q: torch.Tensor) -> dict[str, torch.Tensor]:
         """Expected sufficient statistics summed over the batch, from posteriors q (B, E, K)."""
+
+    def mass(self, stats: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(E, K) each unit's weight sum in ``statistics``' output."""
+        return stats["n"]
 
     @abstractmethod
     def m_step(self, stats: dict[str, torch.Tensor], step: float) -> None:
@@ -174,6 +182,9 @@ class CategoricalInput(InputLayer):
         counts.scatter_add_(1, v.long().clamp(0, self.levels - 1).T[:, :, None].expand(-1, -1, q.shape[2]), q)
         return {"counts": counts.transpose(1, 2)}  # (E, K, C)
 
+    def mass(self, stats):
+        return stats["counts"].sum(-1)
+
     def m_step(self, stats, step):
         counts = stats["counts"] + 1e-2  # a small pseudo-count keeps every value possible
         probs = (1 - step) * torch.softmax(self.logits, -1) + step * counts / counts.sum(-1, keepdim=True)
@@ -226,3 +237,33 @@ class BernoulliInput(InputLayer):
 
 INPUT_LAYERS: dict[str, Callable[..., InputLayer]] = {
     c.kind: c for c in (GaussianInput, CategoricalInput, BernoulliInput)}
+
+
+@torch.no_grad()
+def marginal_statistics(layer: InputLayer, x: torch.Tensor, min_rows: int, batch: int = 4096) -> dict:
+    """Each pair's ``statistics`` over all rows of x (N, variables) with weight 1, divided by the
+    rows observing its variable (0 where fewer than ``min_rows`` do): shapes (E, 1, ...)."""
+    total: dict = {}
+    for lo in range(0, len(x), batch):
+        part = layer.statistics(x[lo:lo + batch], torch.ones(len(x[lo:lo + batch]), layer.n_pairs, 1,
+                                                             dtype=x.dtype, device=x.device))
+        total = {k: total[k] + v if k in total else v for k, v in part.items()}
+    seen = (~torch.isnan(x[:, layer.var])).sum(0).to(x.dtype)  # (E,)
+    per_row = torch.where(seen >= min_rows, 1.0 / seen.clamp_min(1.0), torch.zeros_like(seen))
+    return {k: v * per_row.reshape((-1,) + (1,) * (v.dim() - 1)) for k, v in total.items()}
+
+
+@torch.no_grad()
+def floor_statistics(layer: InputLayer, stats: dict, marginal: dict, min_rows: int) -> dict:
+    """``stats`` (``layer.statistics`` summed, with "top": (E, K) each unit's largest posterior of a
+    row) where every unit rests on ``min_rows`` rows: a unit whose weight sum is below min_rows x
+    top (or none) takes ``marginal`` (of ``marginal_statistics``) times its weight sum (1 if none)."""
+    n = layer.mass(stats)
+    low = (n < min_rows * stats["top"]) | (n <= EPS)
+    scale = torch.where(n > EPS, n, torch.ones_like(n))
+    out = {}
+    for k, v in stats.items():
+        if k != "top":
+            shape = low.shape + (1,) * (v.dim() - 2)
+            out[k] = torch.where(low.reshape(shape), marginal[k] * scale.reshape(shape), v)
+    return out

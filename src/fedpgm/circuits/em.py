@@ -9,6 +9,16 @@ rows per iteration; mini-batch (stepwise, online) EM keeps running statistics up
 every batch with step size (t + 2)^-decay (Liang and Klein 2009). EM stops in a local optimum
 that depends on the initialisation, so ``em_best_of`` trains several and keeps the best fit.
 
+A floor of ``min_rows`` rows (a FedPC client's privacy policy; 1: none) holds in every M-step:
+a leaf whose weights over the rows (its posteriors, observed values only; in stepwise EM the
+running statistics' weights) rest on fewer (sum w < min_rows x max w: no row carries over
+1/min_rows of the weight, so Kish's (sum w)^2 / sum w^2 is at least min_rows too) takes the
+statistics of all rows of its variable instead (the marginal, scaled to its weight sum; with
+fewer observed rows than that, none: a leaf of no data), and a sum whose flow rests on fewer
+keeps its weights. Stepwise EM bounds a row's running weight by the sum, over sweeps (a row is
+in one batch per sweep), of the largest decayed weight of the sweep's batches; so no parameter
+EM writes rests on fewer than ``min_rows`` rows.
+
 The E-step's upward and top-down passes run in float32 by default (``E_STEP_DTYPE``): the flows
 are posterior probabilities, kept to about 1e-6 relative, and what is summed from them (edge
 counts, the leaves' statistics over the float64 data) is summed in float64. On plants (the
@@ -32,13 +42,17 @@ MAX_CELLS = 20_000_000  # node values per chunk of rows
 E_STEP_DTYPE = torch.float32
 
 
-def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) -> tuple[dict, float]:
+def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray,
+                        weigh: bool = False) -> tuple[dict, float]:
     """{("edge", layer) or ("leaf", node): statistics} summed over rows (float64), and the total LL.
-    Chunks of rows are summed as one array per sum layer and per leaf group, split per leaf once."""
+    Chunks of rows are summed as one array per sum layer and per leaf group, split per leaf once.
+    ``weigh``: also {("mass" or "top", "sum" or "leaf", layer or group): (nodes,)} each node's
+    weight sum and largest weight of a row (for the floor)."""
     edges: dict[int, np.ndarray] = {}
     groups: list[np.ndarray | None] = [None] * len(cc.groups)
     params = [[circuit.nodes[node_id].params for node_id in g.nodes] for g in cc.groups]  # type: ignore[union-attr]
     columns = [g.vars.cpu().numpy() for g in cc.groups]
+    mass: dict = {}
     total = 0.0
     step = max(1, MAX_CELLS // max(cc.n_nodes + sum(len(l.child) for l in cc.layers), 1))
     for lo in range(0, len(X), step):
@@ -49,15 +63,64 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray) ->
         for k, counts in enumerate(edge_counts):
             if counts is not None:
                 edges[k] = edges[k] + counts if k in edges else counts
+                if weigh:
+                    f = flow[cc.layers[k].start:cc.layers[k].end]
+                    add_mass(mass, ("sum", k), f.sum(1, dtype=torch.float64).cpu().numpy(),
+                             f.amax(1).double().cpu().numpy())
         for i, g in enumerate(cc.groups):
-            part = leaf_type(g.dist).group_stats(rows[:, columns[i]], flow[g.start:g.end].double().cpu().numpy(),
-                                                 params[i])
+            w = flow[g.start:g.end].double().cpu().numpy()
+            part = leaf_type(g.dist).group_stats(rows[:, columns[i]], w, params[i])
             groups[i] = part if groups[i] is None else groups[i] + part
+            if weigh:
+                w = np.where(np.isnan(rows[:, columns[i]].T), 0.0, w)
+                add_mass(mass, ("leaf", i), w.sum(1), w.max(1))
     stats: dict = {("edge", k): v for k, v in edges.items()}
     for g, summed in zip(cc.groups, groups):
         if summed is not None:  # (None: no rows)
             stats.update({("leaf", node_id): row for node_id, row in zip(g.nodes, summed)})
+    for key, (sums, tops) in mass.items():
+        stats[("mass",) + key], stats[("top",) + key] = sums, tops
     return stats, total
+
+
+def add_mass(mass: dict, key: tuple, sums: np.ndarray, tops: np.ndarray) -> None:
+    """Add a chunk's weight sums and largest weights, (nodes,) each, to ``mass[key]``."""
+    mass[key] = (mass[key][0] + sums, np.maximum(mass[key][1], tops)) if key in mass else (sums, tops)
+
+
+def marginal_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, min_rows: int) -> list[np.ndarray]:
+    """Per leaf group (L, S): each leaf's statistics over all rows of X with weight 1 per row,
+    divided by the rows observing its variable (0 where fewer than ``min_rows`` do): what a leaf
+    below the floor takes, times its weight sum."""
+    out = []
+    for g in cc.groups:
+        cols, kind = g.vars.cpu().numpy(), leaf_type(g.dist)
+        params = [circuit.nodes[node_id].params for node_id in g.nodes]  # type: ignore[union-attr]
+        step = max(1, MAX_CELLS // max(len(cols), 1))
+        total = sum(kind.group_stats(X[lo: lo + step, cols], np.broadcast_to(1.0, (len(cols), len(X[lo: lo + step]))),
+                                     params) for lo in range(0, len(X), step))
+        seen = (~np.isnan(X[:, cols])).sum(0)
+        out.append(np.where((seen >= min_rows)[:, None], total / np.maximum(seen, 1)[:, None], 0.0))
+    return out
+
+
+def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[np.ndarray], min_rows: int) -> dict:
+    """``stats`` (with "mass" and "top" entries) where every leaf and sum rests on ``min_rows``
+    rows: a leaf below takes ``marginal`` (of ``marginal_statistics``) times its weight sum, a sum
+    its current weights times its flow (module doc)."""
+    out = dict(stats)
+    for k, layer in enumerate(cc.layers):
+        sums = stats.get(("mass", "sum", k))
+        if sums is not None and (low := sums < min_rows * stats[("top", "sum", k)]).any():
+            parent = layer.parent.cpu().numpy()
+            old = np.concatenate([circuit.nodes[node_id].weights for node_id in layer.nodes])  # type: ignore[union-attr]
+            out[("edge", k)] = np.where(low[parent], sums[parent] * old, stats[("edge", k)])
+    for i, g in enumerate(cc.groups):
+        if ("mass", "leaf", i) in stats:
+            sums = stats[("mass", "leaf", i)]
+            for j in np.flatnonzero(sums < min_rows * stats[("top", "leaf", i)]):
+                out[("leaf", g.nodes[j])] = marginal[i][j] * sums[j]
+    return out
 
 
 def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict, floors: np.ndarray, alpha: float = ALPHA) -> None:
@@ -85,10 +148,10 @@ def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict, floors: np.ndarra
 
 def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | None = None,
        decay: float = 0.6, seed: int = 0, tol: float = 1e-6, progress=None,
-       floors: np.ndarray | None = None, alpha: float = ALPHA) -> list[float]:
+       floors: np.ndarray | None = None, alpha: float = ALPHA, min_rows: int = 1) -> list[float]:
     """Refine ``circuit``'s parameters in place; returns the mean train log-likelihood of
     each pass (under the parameters at the start of that pass). ``alpha``: the leaves'
-    pseudo-count per state or bin in every M-step.
+    pseudo-count per state or bin in every M-step; ``min_rows``: the floor (module doc).
 
     ``batch_size=None``: batch EM. Otherwise stepwise EM over shuffled mini-batches.
     """
@@ -103,23 +166,35 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
     running: dict | None = None
     step = 0
     cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)  # (compiled once; each M-step's parameters reloaded)
+    marginal = marginal_statistics(circuit, cc, X, min_rows) if min_rows > 1 else []
+    closed: dict = {}  # stepwise EM with a floor: the bound on a row's running weight from past sweeps
+
+    def update(stats: dict) -> None:
+        m_step(circuit, cc, floored(circuit, cc, stats, marginal, min_rows) if min_rows > 1 else stats, floors, alpha)
+
     for it in range(iterations):
         if batch_size is None:
-            stats, total = expected_statistics(circuit, cc, X)
-            m_step(circuit, cc, stats, floors, alpha)
+            stats, total = expected_statistics(circuit, cc, X, min_rows > 1)
+            update(stats)
         else:
             total = 0.0
             order = rng.permutation(len(X))
+            sweep: dict = {}  # the largest decayed weight of a row in this sweep's batches
             for lo in range(0, len(X), batch_size):
                 rows = order[lo: lo + batch_size]
-                stats, ll = expected_statistics(circuit, cc, X[rows])
+                stats, ll = expected_statistics(circuit, cc, X[rows], min_rows > 1)
                 total += ll
-                scale, eta = len(X) / len(rows), (step + 2) ** (-decay)
+                scale, eta = len(X) / len(rows), (step + 2) ** (-decay) if running is not None else 1.0
                 stats = {k: v * scale for k, v in stats.items()}
+                tops = {k: stats.pop(k) for k in list(stats) if k[0] == "top"}
                 running = stats if running is None else {
                     k: (1 - eta) * running[k] + eta * stats[k] for k in stats}
-                m_step(circuit, cc, running, floors, alpha)
+                closed = {k: (1 - eta) * v for k, v in closed.items()}
+                sweep = {k: np.maximum((1 - eta) * sweep[k], eta * v) if k in sweep else eta * v
+                         for k, v in tops.items()}
+                update({**running, **{k: v + closed.get(k, 0.0) for k, v in sweep.items()}})
                 step += 1
+            closed = {k: v + closed.get(k, 0.0) for k, v in sweep.items()}
         history.append(total / len(X))
         if progress is not None:
             progress(it, history[-1])
@@ -129,16 +204,17 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
 
 
 def em_best_of(initialise, X: np.ndarray, restarts: int, iterations: int, batch_size: int | None = None,
-               floors: np.ndarray | None = None, seed: int = 0) -> tuple[float, Circuit, list[float]]:
+               floors: np.ndarray | None = None, seed: int = 0,
+               min_rows: int = 1) -> tuple[float, Circuit, list[float]]:
     """EM from ``restarts`` initialisations, ``initialise(r)`` -> a fresh circuit for r = 0, 1,
     ... (mini-batch order from ``seed + r``); returns (mean training log-likelihood, circuit, EM
-    history) of the best, as k-means keeps the best of its ``n_init``."""
+    history) of the best, as k-means keeps the best of its ``n_init``; ``min_rows``: ``em``'s floor."""
     if restarts < 1:
         raise FedpgmError(f"restarts must be >= 1, got {restarts}")
     best: tuple[float, Circuit, list[float]] | None = None
     for r in range(restarts):
         circuit = initialise(r)
-        history = em(circuit, X, iterations, batch_size, seed=seed + r, floors=floors)
+        history = em(circuit, X, iterations, batch_size, seed=seed + r, floors=floors, min_rows=min_rows)
         fit = float(log_likelihood(CompiledCircuit(circuit), X).mean())
         if best is None or fit > best[0]:
             best = (fit, circuit, history)

