@@ -54,19 +54,45 @@ def test_fit_fields_outside_the_contract_are_refused_before_any_work(cancer):
     refused(undeclared, "client-0", "array 'rows' is not declared")
 
 
-def test_memberships_carry_no_id_nor_hash_of_one(cancer):
-    """Item 7: the server's salt let it invert 410 of 410 hashed ids; now no id-derived value leaves."""
+def test_memberships_are_keyed_by_a_secret_the_coordinator_never_sees(cancer):
+    """Item 7: with the server's salt, brute force over ids 0..99,999 inverted 410 of 410 hashed ids.
+    Now rows are matched by hashes under a key the parties deal each other, sealed and signed."""
+    import hashlib
+
+    from fedpgm.federation.secret import SECRET, share_secret
+
     part = partition(cancer, "vertical", 2, seed=0)
     with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        forged = fed.send("client-1", "secret_take", {"sealed": np.zeros(80, np.uint8),
+                                                      "signature": np.zeros(64, np.uint8)}, {"dealer": "client-0"})
+        before = len(fed.ledger.entries)
+        wire = []
+        real_exchange = fed._exchange
+
+        def recording(requests, names, timeout):
+            wire.extend(bytes(r) for r in requests.values())
+            out = real_exchange(requests, names, timeout)
+            wire.extend(bytes(v) for v in out.values() if isinstance(v, (bytes, bytearray, np.ndarray)))
+            return out
+
+        fed._exchange = recording
+        share_secret(fed, ["client-0", "client-1"])
+        key = bytes(np.asarray(fed.contexts["client-1"].state[SECRET], np.uint8))
+        again = fed.send("client-1", "secret_take", {"sealed": np.zeros(80, np.uint8),
+                                                     "signature": np.zeros(64, np.uint8)}, {"dealer": "client-0"})
         config = {"shared": [], "own": part.clients[1].schema.names, "clusters": 3, "learner": "learnspn",
                   "params": {"min_instances_slice": 50}, "send": True, "memberships": True}
         reply = fed.send("client-1", "fit", config=config).require_all()["client-1"]
-    ids = {int(i) for i in part.clients[1].train.index}
-    sent = [v for k, a in reply.arrays.items() for v in np.asarray(a).ravel().tolist()]
-    clusters = reply.arrays["memberships/cluster"]
-    assert len(clusters) == len(ids) and set(clusters.tolist()) <= {0, 1, 2}
-    assert not any(k.startswith("memberships/") and k != "memberships/cluster" for k in reply.arrays)
-    assert len(ids & {int(v) for v in sent if float(v).is_integer() and v > 2}) <= 3  # chance: small counts
+    refused(forged, "client-1", "signature does not verify")
+    refused(again, "client-1", "signature does not verify")
+    assert key == bytes(np.asarray(fed.contexts["client-0"].state[SECRET], np.uint8)) and len(key) == 32
+    assert not any(key in w for w in wire)  # the key crossed the relay sealed only
+    assert len(fed.ledger.entries) > before
+    tokens = set(reply.arrays["memberships/ids"].tolist())
+    assert len(tokens) == len(part.clients[1].train)
+    guesses = {int.from_bytes(hashlib.blake2b(f"{salt}{i}".encode(), digest_size=8).digest(), "little")
+               for i in range(100_000) for salt in ("", ":")} | set(range(100_000))
+    assert not tokens & guesses  # no brute force over ids without the parties' key
 
 
 # -- differencing: statistics only over a fixed row set, never a server-chosen subset --------------

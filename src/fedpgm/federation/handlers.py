@@ -236,4 +236,4 @@ def load_state(workdir: Path) -> dict:
     return state
 
 
-from fedpgm.federation import psi  # noqa: E402,F401  registers the runtime's PSI handlers in RUNTIME
+from fedpgm.federation import psi, secret  # noqa: E402,F401  registers the runtime's PSI and secret handlers

@@ -6,8 +6,9 @@
   client's own subspace, its rows clustered by k-means on those columns only and one circuit per
   cluster. The circuits are kept in the client's work folder; the reply carries them (structure
   JSON in the config, packed parameters as arrays) only for server placement. With aligned
-  gluing the reply also carries each row's cluster index in row-id order (by position; no id
-  nor hash of one): memberships, not data.
+  gluing the reply also carries each row's cluster index, keyed by a hash of its row id under a
+  key the parties share and the coordinator does not know (``fedpgm.federation.secret``):
+  memberships, not data.
 - ``loglik``: per-row log-likelihoods of the kept circuits for query rows the server sends
   (only the columns this client holds); split placement evaluates the FedPC this way.
 - ``fit_tree``: FC[DT]'s expert (bagged or boosted decision trees) on this client's columns and
@@ -39,6 +40,7 @@ from fedpgm.federation.codec import Message
 from fedpgm.federation.contract import (NOTHING, Array, Choice, Columns, Contract, Fields, Flag, Float, Int, ListOf,
                                         Maybe, Text)
 from fedpgm.federation.handlers import ClientContext, HandlerSet
+from fedpgm.federation.secret import row_tokens
 from fedpgm.fedpc.trees import Expert, expert_message
 
 
@@ -225,9 +227,9 @@ def fit(request: Message, ctx: ClientContext) -> Message:
             if len(rows) == 0:
                 raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
             add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
-        if cfg.get("memberships"):  # by position in row-id order: no id, no hash of one leaves
-            order = np.argsort(ctx.data.train.index.to_numpy(), kind="stable")
-            arrays["memberships/cluster"] = labels[order].astype(np.int32)
+        if cfg.get("memberships"):  # keyed by a hash only the parties can make (fedpgm.federation.secret)
+            arrays["memberships/ids"] = row_tokens(ctx, ctx.data.train.index)
+            arrays["memberships/cluster"] = labels.astype(np.int32)
     ctx.state["fedpc_keys"] = [e["key"] for e in entries]
     return Message("fit", arrays, {"circuits": entries, "seconds": time.process_time() - start})
 

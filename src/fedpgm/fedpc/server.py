@@ -27,6 +27,7 @@ from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.psi import align_rows, check_align
+from fedpgm.federation.secret import share_secret
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue
 from fedpgm.threads import one_thread
@@ -144,6 +145,8 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
                               "params": params, "send": placement == "server",
                               "memberships": glue_how == "aligned"})
     server_cpu = time.process_time() - server_cpu
+    if glue_how == "aligned" and len(per_client) > 1:  # the key of the row tokens, unknown to this server
+        share_secret(fed, list(per_client))
     replies = fed.broadcast("fit", clients=list(per_client), per_client=per_client).require(min_clients)
     shared_spaces = {j for j, (_, holders) in enumerate(spaces) if len(holders) > 1}
     if len(replies) < len(per_client):  # a quorum went on: the shared subspace's holders shrink
@@ -193,7 +196,8 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
     if alignment is not None:
         info["alignment"] = alignment
     if glue_how == "aligned":
-        info["shared_with_server"] = "cluster index of every row, by position in row-id order"
+        info["shared_with_server"] = ("cluster index of every row, keyed by a hash of its id under a key only "
+                                      "the parties share")
     if circuit is not None:
         info.update(circuit.stats())
     if dense:
@@ -203,18 +207,17 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
 
 
 def memberships(replies: dict, spaces) -> dict[tuple, int]:
-    """Counts of cluster-index tuples over the rows, matched by position: every clustering client
-    sends its rows' cluster indices in row-id order, and their rows align (same ids, or PSI)."""
-    columns: list[np.ndarray | None] = []  # per subspace: (rows,) cluster index (None: shared)
+    """Counts of cluster-index tuples over the rows every clustering client holds (matched by
+    their keyed row tokens, ``fedpgm.federation.secret``)."""
+    columns: list[dict | None] = []  # per subspace: row token -> cluster index (None: shared)
     for _names, holders in spaces:
-        m = replies[holders[0]] if len(holders) == 1 else None  # a shared subspace: one alternative
-        columns.append(None if m is None else np.asarray(m.arrays["memberships/cluster"]))
-    sizes = {len(c) for c in columns if c is not None}
-    if not sizes:
+        if len(holders) > 1:
+            columns.append(None)  # a shared subspace has a single alternative
+            continue
+        m = replies[holders[0]]
+        columns.append(dict(zip(m.arrays["memberships/ids"].tolist(), m.arrays["memberships/cluster"].tolist())))
+    keyed = [c for c in columns if c is not None]
+    if not keyed:
         return {}
-    if len(sizes) > 1:
-        raise FedpgmError(f"aligned gluing needs the clustering clients' rows aligned, but they hold "
-                          f"{sorted(sizes)} rows; align them with --align psi, or use --glue random")
-    n = sizes.pop()
-    table = np.stack([np.zeros(n, dtype=np.int64) if c is None else c for c in columns], axis=1)
-    return dict(Counter(map(tuple, table.tolist())))
+    common = set(keyed[0]).intersection(*keyed[1:])
+    return dict(Counter(tuple(0 if col is None else col[row] for col in columns) for row in common))

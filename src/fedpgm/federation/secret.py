@@ -1,0 +1,87 @@
+"""A secret the parties share and the coordinator never sees: the key of the keyed hashes by
+which rows are matched across parties (FedPC's aligned gluing) without any id, or any hash the
+coordinator could invert, leaving a party.
+
+One round trip (``share_secret``): the dealer (a party) draws a 32-byte key, seals it for each
+other party with that party's box key and signs each sealed copy (``fedpgm.federation.identity``);
+each party checks the signature against the roster and opens its copy. The coordinator relays
+sealed bytes it cannot open and cannot forge. Each party takes part once per run; the key lives
+in the run's state only. ``row_tokens`` turns row ids into 64-bit keyed hashes (BLAKE2b keyed
+with the secret): equal ids give equal tokens at every party, and without the key the tokens say
+nothing of the ids (a server's brute force over candidate ids needs the key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from fedpgm.data.policy import PolicyRefusal
+from fedpgm.errors import FedpgmError
+from fedpgm.federation.codec import Message
+from fedpgm.federation.contract import Array, Contract, ListOf, Text
+from fedpgm.federation.handlers import RUNTIME, ClientContext
+
+SECRET = "secret/key"  # state: (32,) uint8, the run's shared key
+
+
+def identity_of(ctx: ClientContext):
+    if ctx.identity is None:
+        raise PolicyRefusal(f"client '{ctx.client_id}' has no identity key and roster, so it cannot share a "
+                            "secret with the other parties; give its node the deployment's identity files")
+    return ctx.identity
+
+
+def keep_once(ctx: ClientContext, key: bytes) -> None:
+    if SECRET in ctx.state:
+        raise PolicyRefusal(f"client '{ctx.client_id}' already shares this run's secret (once per run)")
+    ctx.state[SECRET] = np.frombuffer(key, np.uint8).copy()
+
+
+@RUNTIME.query("secret_deal", Contract({"parties": ListOf(Text(), 1024, unique=True)}, required=("parties",)))
+def deal(request: Message, ctx: ClientContext) -> Message:
+    """Dealer: a fresh key, sealed and signed for each of ``parties``."""
+    me = identity_of(ctx)
+    parties = list(request.config["parties"])
+    if ctx.client_id in parties:
+        raise PolicyRefusal(f"client '{ctx.client_id}' deals to the other parties, not to itself")
+    key = os.urandom(32)
+    out = {}
+    for p in parties:
+        out[f"sealed/{p}"] = me.seal(p, key)
+        out[f"signature/{p}"] = me.sign("secret_deal", p, out[f"sealed/{p}"])
+    keep_once(ctx, key)
+    return Message("secret_deal", out)
+
+
+@RUNTIME.query("secret_take", Contract({"dealer": Text()}, required=("dealer",),
+                                       arrays={"sealed": Array("u", 256), "signature": Array("u", 64)}))
+def take(request: Message, ctx: ClientContext) -> Message:
+    """A party: the dealer's key, only from a copy the dealer signed for this party."""
+    me, dealer = identity_of(ctx), request.config["dealer"]
+    me.verify(dealer, request.arrays["signature"], "secret_deal", ctx.client_id, request.arrays["sealed"])
+    keep_once(ctx, me.open(dealer, request.arrays["sealed"]))
+    return Message("secret_take", config={"kept": True})
+
+
+def share_secret(fed, parties: list[str]) -> None:
+    """Give ``parties`` (at least 2) one key the coordinator does not learn; the first deals."""
+    if len(parties) < 2:
+        raise FedpgmError(f"a shared secret needs at least 2 parties, got {parties}")
+    dealer, others = parties[0], parties[1:]
+    dealt = fed.send(dealer, "secret_deal", config={"parties": others}).require_all()[dealer]
+    per = {p: ({"sealed": dealt.arrays[f"sealed/{p}"], "signature": dealt.arrays[f"signature/{p}"]},
+               {"dealer": dealer}) for p in others}
+    fed.broadcast("secret_take", clients=others, per_client=per).require_all()
+
+
+def row_tokens(ctx: ClientContext, ids) -> np.ndarray:
+    """(rows,) uint64 keyed hashes of row ``ids`` under the run's shared secret."""
+    if SECRET not in ctx.state:
+        raise PolicyRefusal(f"client '{ctx.client_id}' matches rows only by a key the parties share, and holds "
+                            "none in this run; the server must run share_secret first")
+    key = np.asarray(ctx.state[SECRET], np.uint8).tobytes()
+    return np.array([int.from_bytes(hashlib.blake2b(str(i).encode(), key=key, digest_size=8).digest(), "little")
+                     for i in ids], dtype=np.uint64)
