@@ -34,7 +34,7 @@ def test_fit_fields_outside_the_contract_are_refused_before_any_work(cancer):
     part = partition(cancer, "horizontal", 2, seed=0)
     own = part.clients[0].schema.names
     honest = {"shared": [], "own": own, "clusters": 2, "learner": "learnspn", "params": {"min_instances_slice": 50},
-              "send": True, "memberships": True}
+              "send": True, "memberships": False}
     attacks = {"salt": ({**honest, "salt": "server-chosen"}, "undeclared key(s) ['salt']"),
                "unknown learner": ({**honest, "learner": "os.system"}, "'learner' is 'os.system'"),
                "huge EM": ({**honest, "params": {"em_iterations": 10**9}}, "'em_iterations' is 1000000000"),
@@ -50,7 +50,7 @@ def test_fit_fields_outside_the_contract_are_refused_before_any_work(cancer):
         reply = fed.send("client-0", "fit", config=honest).require_all()["client-0"]
         undeclared = fed.send("client-0", "loglik", {"X": np.zeros((2, len(own))), "rows": np.arange(2)},
                               {"columns": own})
-    assert "memberships/cluster" in reply.arrays and not any("ids" in k for k in reply.arrays)
+    assert reply.config["circuits"] and not any(k.startswith("memberships/") for k in reply.arrays)
     refused(undeclared, "client-0", "array 'rows' is not declared")
 
 
@@ -83,13 +83,18 @@ def test_memberships_are_keyed_by_a_secret_the_coordinator_never_sees(cancer):
         config = {"shared": [], "own": part.clients[1].schema.names, "clusters": 3, "learner": "learnspn",
                   "params": {"min_instances_slice": 50}, "send": True, "memberships": True}
         reply = fed.send("client-1", "fit", config=config).require_all()["client-1"]
+        # a review found: 62 fits with memberships over overlapping clusterings solved 453 of 455
+        # values from the cluster means; memberships now leave once per run
+        second = fed.send("client-1", "fit", config={**config, "clusters": 4, "params": {"seed": 1}})
+    refused(second, "client-1", "memberships once per run")
     refused(forged, "client-1", "signature does not verify")
     refused(again, "client-1", "signature does not verify")
     assert key == bytes(np.asarray(fed.contexts["client-0"].state[SECRET], np.uint8)) and len(key) == 32
     assert not any(key in w for w in wire)  # the key crossed the relay sealed only
     assert len(fed.ledger.entries) > before
-    tokens = set(reply.arrays["memberships/ids"].tolist())
-    assert len(tokens) == len(part.clients[1].train)
+    sent = reply.arrays["memberships/ids"]
+    tokens = set(sent.tolist())
+    assert len(tokens) == len(part.clients[1].train) and (np.diff(sent.astype(np.float64)) > 0).all()
     guesses = {int.from_bytes(hashlib.blake2b(f"{salt}{i}".encode(), digest_size=8).digest(), "little")
                for i in range(100_000) for salt in ("", ":")} | set(range(100_000))
     assert not tokens & guesses  # no brute force over ids without the parties' key

@@ -15,17 +15,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpgm.baselines.tabular import encode, get_weights, local_moments, merge_moments, network, set_weights
+from fedpgm.baselines.tabular import STATS, encode, get_weights, local_moments, merge_moments, network, set_weights
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
-from fedpgm.federation.contract import NOTHING, Array, Choice, Contract, Doc, Float, Int
+from fedpgm.federation.contract import NOTHING, Array, Choice, Contract, Float, Int
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 from fedpgm.federation.shares import SECURE, own_fraction, secure_weighted_mean, weighted_share
 
 HANDLERS = HandlerSet("fedavg")
-TRAIN = Contract({"stats": Doc(), "epochs": Int(1, 1000), "lr": Float(1e-7, 10.0), "batch_size": Int(1, 1 << 20),
+TRAIN = Contract({"stats": STATS, "epochs": Int(1, 1000), "lr": Float(1e-7, 10.0), "batch_size": Int(1, 1 << 20),
                   "hidden": Int(1, 4096), "layers": Int(1, 16), "arch": Choice("mlp", "tabnet"),
                   "seed": Int(0, 2**63 - 1), "secure": SECURE},
                  required=("stats", "epochs", "lr", "batch_size", "hidden", "layers", "arch", "seed"),

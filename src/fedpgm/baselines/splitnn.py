@@ -23,14 +23,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpgm.baselines.tabular import encode, local_moments, merge_moments, mlp, network
+from fedpgm.baselines.tabular import STATS, encode, local_moments, merge_moments, mlp, network
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
 from fedpgm.data.partition import Partition
 from fedpgm.data.policy import FAMILIES
-from fedpgm.federation.contract import NOTHING, Array, Choice, Contract, Doc, Float, Int
+from fedpgm.federation.contract import NOTHING, Array, Choice, Contract, Float, Int
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 
 HANDLERS = HandlerSet("splitnn")
@@ -40,7 +40,7 @@ def ordered(frame):
     return frame.sort_index()
 
 
-NETWORK = {"stats": Doc(), "hidden": Int(1, 4096), "embedding": Int(1, 4096), "seed": Int(0, 2**63 - 1),
+NETWORK = {"stats": STATS, "hidden": Int(1, 4096), "embedding": Int(1, 4096), "seed": Int(0, 2**63 - 1),
            "arch": Choice("mlp", "tabnet")}
 FORWARD = Contract({**NETWORK, "lr": Float(0.0, 10.0), "momentum": Float(0.0, 1.0), "split": Choice("train", "test")},
                    required=tuple(NETWORK), arrays={"rows": Array("iu")})

@@ -15,11 +15,17 @@ from torch import nn
 
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
+from fedpgm.federation.contract import Float, ListOf, MapOf
 from fedpgm.federation.reference import combine
 
 
 def inputs_of(schema: Schema) -> list[str]:
     return [n for n in schema.names if n != schema.label]
+
+
+# What a server may send as standardisation statistics: per input column this client holds,
+# [mean, std] (finite; the std positive).
+STATS = MapOf(ListOf(Float(-1e300, 1e300), 2))
 
 
 def local_moments(frame: pd.DataFrame, schema: Schema) -> dict[str, tuple[int, float, float]]:

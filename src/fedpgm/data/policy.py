@@ -20,6 +20,8 @@ it without code of its own:
   its own); past it every request is refused, which bounds what repeated questions can extract.
 - ``require_secure_aggregation`` (default off): model updates leave only as shares of a secure
   sum (SecAgg+) over at least ``min_cohort`` clients; a plain training request is refused.
+- ``memberships`` (default on): FedPC's aligned gluing may send each row's cluster index under a
+  token only the parties can make (once per run); off, such a request is refused.
 - ``audit`` (default on): the privacy audit (``fedpgm.federation.privacy``) checks every reply
   against the client's own table before it leaves; a reply that carries rows is refused.
 """
@@ -54,6 +56,7 @@ class ClientPolicy:
     require_secure_aggregation: bool = False
     min_cohort: int = 2  # clients a secure sum must have for this client to add to it
     max_psi_ids: int = 10_000_000  # ids another party's PSI request may hold
+    memberships: bool = True  # FedPC aligned gluing: send each row's cluster index under a pseudonym
 
     def __post_init__(self) -> None:
         if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
@@ -67,7 +70,7 @@ class ClientPolicy:
             raise FedpgmError(f"policy max_epsilon must be > 0, got {self.max_epsilon!r}")
         if not 0 < self.max_delta < 1:
             raise FedpgmError(f"policy max_delta must lie in (0, 1), got {self.max_delta!r}")
-        for name in ("audit", "require_secure_aggregation"):
+        for name in ("audit", "require_secure_aggregation", "memberships"):
             if not isinstance(getattr(self, name), bool):
                 raise FedpgmError(f"policy {name} must be true or false, got {getattr(self, name)!r}")
         for name, least in (("max_requests", 1), ("min_cohort", 2), ("max_psi_ids", 1)):

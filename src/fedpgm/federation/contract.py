@@ -154,6 +154,24 @@ def Columns(max_len: Bound = MAX_LIST) -> ListOf:
 
 
 @dataclass(frozen=True)
+class MapOf(Field):
+    """A JSON object from names of columns this client holds to values checked by ``value``."""
+    value: Field
+
+    def check(self, value, ctx) -> dict:
+        if not isinstance(value, dict):
+            raise Invalid(f"must be an object, got {type(value).__name__}")
+        out = {}
+        for k, v in value.items():
+            Column().check(k, ctx)
+            try:
+                out[k] = self.value.check(v, ctx)
+            except Invalid as e:
+                raise Invalid(f"'{k}' {e}") from None
+        return out
+
+
+@dataclass(frozen=True)
 class Doc(Field):
     """A JSON object of at most ``max_bytes`` (a model spec, settings): the handler builds it with
     the family's own constructors, which check it further."""

@@ -33,7 +33,7 @@ from fedpgm.circuits.learners import ESTIMATORS, log_likelihood_of
 from fedpgm.circuits import learnspn
 from fedpgm.circuits.io import load_circuit, save_payload, to_payload
 from fedpgm.data.partition import ClientData
-from fedpgm.data.policy import ClientPolicy
+from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
@@ -66,6 +66,7 @@ def warm_up(folder: Path) -> None:
 
 HANDLERS = HandlerSet("fedpc", warm_up=warm_up)
 FOLDER = "fedpc"
+MEMBERSHIPS = "fedpc/memberships_sent"  # state: this run's memberships have left
 BIG = 10**9  # a row count no table reaches: "no upper bound" for row settings
 
 # Every learner setting a server may send, bounded so that no request can make a client spend
@@ -192,6 +193,13 @@ def fit(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
     learner, params = cfg["learner"], dict(cfg["params"])
     ctx.require_rows(len(ctx.data.train), "a circuit")
+    if cfg.get("memberships"):  # once per run: overlapping clusterings of known rows would difference
+        if not ctx.policy.memberships:
+            raise PolicyRefusal(f"client '{ctx.client_id}' sends no per-row cluster memberships (its policy); "
+                                "use --glue random or combinatorial")
+        if ctx.state.get(MEMBERSHIPS):  # rows out of their cluster means (453 of 455 values, 62 fits)
+            raise PolicyRefusal(f"client '{ctx.client_id}' sends cluster memberships once per run; start a new run")
+        ctx.state[MEMBERSHIPS] = True
     if "min_instances_slice" in params:  # the client's floor, whatever the server asked
         params["min_instances_slice"] = ctx.floor("min_instances_slice", params["min_instances_slice"])
     if learner in ("learnspn", "learnspn-cv", "ratspn", "pd"):
@@ -228,8 +236,10 @@ def fit(request: Message, ctx: ClientContext) -> Message:
                 raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
             add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
         if cfg.get("memberships"):  # keyed by a hash only the parties can make (fedpgm.federation.secret)
-            arrays["memberships/ids"] = row_tokens(ctx, ctx.data.train.index)
-            arrays["memberships/cluster"] = labels.astype(np.int32)
+            tokens = row_tokens(ctx, ctx.data.train.index)
+            order = np.argsort(tokens)  # (in token order: a row's place says nothing of its id)
+            arrays["memberships/ids"] = tokens[order]
+            arrays["memberships/cluster"] = labels[order].astype(np.int32)
     ctx.state["fedpc_keys"] = [e["key"] for e in entries]
     return Message("fit", arrays, {"circuits": entries, "seconds": time.process_time() - start})
 
