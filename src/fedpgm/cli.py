@@ -15,7 +15,7 @@ from rich.table import Table
 from fedpgm.federation.apps import check_backend
 from fedpgm.cli_common import (Backend, BatchSize, Device, Epochs, Inputs, Pieces, Structure, TrainMethod, Units,
                                dense_params, em_passes, Alpha, AnswersOut, DataDir, EmIterations, Evidence, Force,
-                               EmBatchSize, Label, LatentStates, LeafModel, Missing, Mpe, RowClusters,  # noqa: F401
+                               EmBatchSize, Keep, Label, LatentStates, LeafModel, Missing, Mpe, RowClusters,  # noqa: F401
                                QueryColumns, Rows, SchemaFile, Seed, Target, TestSize, answer_queries,
                                console, finish, load, one_of, prepare_outputs, stages)
 from fedpgm.errors import FedpgmError
@@ -71,7 +71,7 @@ def datasets(data_dir: DataDir = None) -> None:
 
 
 @app.command()
-def schema(dataset: str, data_dir: DataDir = None, label: Label = None,
+def schema(dataset: str, data_dir: DataDir = None, label: Label = None, keep: Keep = None,
            out: Annotated[Optional[Path], typer.Option("--out", help="Write the schema JSON here")] = None,
            seed: Seed = 0) -> None:
     """Show a dataset's schema (inferred for csv:PATH, with the reason for each type)."""
@@ -123,7 +123,7 @@ def partition_cmd(
              "1 the parties' ids differ, see fedpc fit --align)")] = None,
     force: Annotated[bool, typer.Option(help="Replace a non-empty --out folder")] = False,
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
-    missing: Missing = None, test_size: TestSize = None,
+    missing: Missing = None, test_size: TestSize = None, keep: Keep = None,
 ) -> None:
     """Split a dataset across K clients; write one CSV per client and a JSON manifest."""
     from fedpgm.data import partition
@@ -228,7 +228,7 @@ def pc_fit(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the fit report JSON here")] = None,
     force: Force = False,
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
-    missing: Missing = None, test_size: TestSize = None,
+    missing: Missing = None, test_size: TestSize = None, keep: Keep = None,
 ) -> None:
     """Learn a circuit on DATASET's train split; report the mean test log-likelihood (nats)."""
     import time

@@ -102,6 +102,8 @@ SchemaFile = Annotated[Optional[Path], typer.Option("--schema", help="Schema JSO
 Missing = Annotated[Optional[str], typer.Option("--missing", help="Missing values: keep or impute",
                                                click_type=one_of("missing"))]
 TestSize = Annotated[Optional[float], typer.Option("--test-size", help="Test fraction (random splits)")]
+Keep = Annotated[Optional[list[str]], typer.Option("--keep", help="csv: model this column even if it looks like a "
+                                                   "row id (repeatable)")]
 # query options shared by every saved-model `query` command (see answer_queries)
 Evidence = Annotated[Path, typer.Option(help="CSV of rows; absent or empty cells are unobserved")]
 QueryColumns = Annotated[Optional[str], typer.Option("--query", help="comma-separated query columns: "
@@ -134,11 +136,16 @@ def check_timeout(timeout: float) -> float:
 
 
 def load(dataset: str, data_dir, seed, rows=None, label=None, schema=None, missing=None,
-         test_size=None):
+         test_size=None, keep=None):
+    """Load a dataset with the command's options; ``keep`` defaults to the running command's
+    ``--keep`` (so a command only declares ``keep: Keep = None``)."""
     from fedpgm.data import load_dataset
 
+    ctx = click.get_current_context(silent=True)
+    if keep is None and ctx is not None:
+        keep = ctx.params.get("keep")
     return load_dataset(dataset, data_dir=data_dir, seed=seed, rows=rows, label=label,
-                        schema=schema, missing=missing, test_size=test_size)
+                        schema=schema, missing=missing, test_size=test_size, keep=keep)
 
 
 def answer_queries(model, sch, evidence: Path, query: str | None, target: str | None, mpe: bool,

@@ -1,3 +1,4 @@
+import json
 import numpy as np
 import pandas as pd
 import pytest
@@ -204,3 +205,49 @@ def test_tiny_tables_split_without_stratification_or_say_why(tmp_path):
     path.write_text("age,outcome\n30,yes\n")
     with pytest.raises(FedpgmError, match=r"a table of 1 row\(s\) cannot be split"):
         load_dataset(f"csv:{path}", label="outcome")
+
+
+def id_table(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"carat": rng.uniform(0.2, 2, n).round(2), "count": rng.permutation(n) + 5,
+                         "cut": rng.choice(["Fair", "Good", "Ideal"], n)})
+
+
+def test_csv_row_id_columns_are_left_out_with_a_note(tmp_path, capsys):
+    import csv
+
+    r_export = id_table()
+    r_export.insert(0, "rownames", np.arange(1, 41))
+    r_export.to_csv(tmp_path / "r.csv", index=False, quoting=csv.QUOTE_NONNUMERIC)
+    assert (tmp_path / "r.csv").read_text().startswith('"rownames","carat"')
+    ds = load_dataset(f"csv:{tmp_path / 'r.csv'}", label="cut")
+    assert ds.schema.names == ["carat", "count", "cut"]  # count: unique integers, shuffled: kept
+    assert sorted(ds.train.index.append(ds.test.index)) == list(range(1, 41))  # rownames is the row_id
+    err = capsys.readouterr().err.strip()
+    assert err == ("note: column 'rownames' looks like a row id (unique per row); used as the row_id "
+                   "and left out (use --keep rownames to model it)")
+    id_table().to_csv(tmp_path / "p.csv")  # pandas' unnamed index: header ",carat,..."
+    ds = load_dataset(f"csv:{tmp_path / 'p.csv'}")
+    assert ds.schema.names == ["carat", "count", "cut"]
+    assert "the unnamed column looks like a row id" in capsys.readouterr().err
+    ds = load_dataset(f"csv:{tmp_path / 'r.csv'}", label="rownames")  # the label is never left out
+    assert "rownames" in ds.schema and capsys.readouterr().err == ""
+
+
+def test_csv_keep_option_through_the_cli(tmp_path, cli):
+    frame = id_table()
+    frame.insert(0, "id", np.arange(40))
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    code, out, err = cli("schema", f"csv:{tmp_path / 't.csv'}", "--label", "cut", "--out", tmp_path / "s.json")
+    assert code == 0 and "note: column 'id' looks like a row id" in err
+    names = [f["name"] for f in json.loads((tmp_path / "s.json").read_text())["features"]]
+    assert names == ["carat", "count", "cut"]
+    code, out, err = cli("schema", f"csv:{tmp_path / 't.csv'}", "--keep", "id", "--out", tmp_path / "k.json")
+    assert code == 0 and err == ""
+    assert [f["name"] for f in json.loads((tmp_path / "k.json").read_text())["features"]][0] == "id"
+    code, out, err = cli("schema", f"csv:{tmp_path / 't.csv'}", "--keep", "idd")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: --keep idd: no such column")
+    assert "['id', 'carat', 'count', 'cut']" in err
+    assert load_dataset(f"csv:{tmp_path / 't.csv'}", schema=tmp_path / "s.json").schema.names == names  # id not in it
+    with pytest.raises(FedpgmError, match=r"\['keep'\] do not apply to dataset 'wine'"):
+        load_dataset("wine", keep=["x"])

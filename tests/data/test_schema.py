@@ -132,3 +132,22 @@ def test_a_stray_string_in_a_numeric_column_is_an_error_not_a_category(tmp_path,
     raw.to_csv(tmp_path / "t.csv", index=False)
     code, _, err = cli("pc", "fit", f"csv:{tmp_path / 't.csv'}", "--label", "y")
     assert code == 2 and "column 'age' is numeric except for" in err
+
+
+def test_id_columns_by_name_or_monotone_integers():
+    from fedpgm.data.schema import id_columns
+
+    rng = np.random.default_rng(0)
+    n = 30
+    raw = pd.DataFrame({
+        "rownames": np.arange(1, n + 1), "Unnamed: 0": np.arange(n), "customer_id": rng.permutation(n),
+        "CODE.ID": [f"c{i}" for i in rng.permutation(n)], "seq": np.arange(10, 10 + n),
+        "sorted": np.arange(10, 10 + 2 * n, 2),  # unique, sorted, not consecutive: a feature
+        "shuffled": rng.permutation(n),  # unique integers, not monotone: a feature
+        "ratio": np.linspace(0, 1, n),  # unique and sorted but not integers: a feature
+        "id": [1, 1] + list(range(2, n)),  # named like an id but repeats a value: a feature
+        "y": rng.choice(["a", "b"], n),
+    })
+    assert id_columns(raw) == ["rownames", "Unnamed: 0", "customer_id", "CODE.ID", "seq"]
+    assert id_columns(raw, label="rownames", keep=["seq"]) == ["Unnamed: 0", "customer_id", "CODE.ID"]
+    assert id_columns(pd.DataFrame({"age": [30, 31, 32, 33]})) == []  # too few rows to call it an id

@@ -23,8 +23,8 @@ def inputs_of(schema: Schema) -> list[str]:
     return [n for n in schema.names if n != schema.label]
 
 
-# What a server may send as standardisation statistics: per input column this client holds,
-# [mean, std] (finite; the std positive).
+# What a server may send as standardisation statistics: per input column (of the federation, not
+# only this client's), [mean, std] as finite numbers.
 STATS = MapOf(ListOf(Float(-1e300, 1e300), 2))
 
 

@@ -19,6 +19,7 @@ csv:PATH                  random by seed (stratified), test 20%      keep
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ import pandas as pd
 
 from fedpgm.data.dataset import Dataset, apply_missing_policy, random_split, table
 from fedpgm.data.registry import LoadOptions, register, require_file, resolve_data_dir
-from fedpgm.data.schema import ROW_ID, Feature, Kind, Schema, canonical, infer_schema
+from fedpgm.data.schema import ROW_ID, Feature, Kind, Schema, canonical, id_columns, infer_schema
 from fedpgm.errors import FedpgmError
 
 SPLIT_OPTIONS = ("test_size", "missing")
@@ -234,9 +235,34 @@ def read_csv_file(path: Path) -> pd.DataFrame:
     return raw
 
 
+def drop_id_columns(raw: pd.DataFrame, path: Path, options: LoadOptions,
+                    schema: Schema | None = None) -> pd.DataFrame:
+    """Leave out the columns that look like row ids (``id_columns``), with a note on stderr each;
+    without a ``row_id`` column, the first integer one becomes the row index."""
+    unknown = [k for k in options.keep if k not in raw.columns]
+    if unknown:
+        raise FedpgmError(f"--keep {', '.join(unknown)}: no such column in {path}; its columns are "
+                          f"{list(raw.columns)}")
+    keep = set(options.keep) | (set(schema.names) if schema is not None else set())
+    ids = id_columns(raw, options.label, keep)
+    indexed = not isinstance(raw.index, pd.RangeIndex)  # the file has a row_id column
+    for name in ids:
+        use = not indexed and pd.api.types.is_integer_dtype(raw[name])
+        if use:
+            raw = raw.set_index(name).rename_axis(ROW_ID)
+            indexed = True
+        else:
+            raw = raw.drop(columns=name)
+        how = f"used as the {ROW_ID} and left out" if use else "left out"
+        hint = f" (use --keep {name} to model it)" if name.strip() else ""
+        what = f"column '{name}'" if name.strip() else "the unnamed column"
+        print(f"note: {what} looks like a row id (unique per row); {how}{hint}", file=sys.stderr)
+    return raw
+
+
 @register("csv", "any CSV file: csv:PATH, with --label and optionally --schema FILE "
-          "(otherwise the schema is inferred)", family=True,
-          options=("test_size", "missing", "label", "schema"))
+          "(otherwise the schema is inferred; row-id columns are left out unless --keep NAME)",
+          family=True, options=("test_size", "missing", "label", "schema", "keep"))
 def load_csv(arg: str, options: LoadOptions) -> Dataset:
     path = Path(arg)
     raw = read_csv_file(path)
@@ -244,8 +270,10 @@ def load_csv(arg: str, options: LoadOptions) -> Dataset:
         schema = Schema.load(options.schema)
         if options.label is not None:
             schema = schema.with_label(options.label)
+        raw = drop_id_columns(raw, path, options, schema)
         how = f"schema from {options.schema}"
     else:
+        raw = drop_id_columns(raw, path, options)
         schema, reasons = infer_schema(raw, options.label)
         how = "inferred: " + "; ".join(f"{k}: {schema[k].kind} ({v})" for k, v in reasons.items())
     frame = schema.encode(raw, str(path))

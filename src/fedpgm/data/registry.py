@@ -29,10 +29,11 @@ class LoadOptions:
     label: str | None = None
     schema: Path | None = None
     missing: str | None = None
+    keep: tuple[str, ...] = ()  # csv: columns to model even if they look like row ids
 
     def set_options(self) -> set[str]:
         names = ("test_size", "rows", "label", "schema", "missing")
-        return {n for n in names if getattr(self, n) is not None}
+        return {n for n in names if getattr(self, n) is not None} | ({"keep"} if self.keep else set())
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,13 @@ def load_dataset(spec: str, **kwargs) -> Dataset:
     """Load a dataset by name, e.g. ``load_dataset("bn:asia", rows=5000, seed=1)``.
 
     Keyword options: ``data_dir``, ``seed``, ``test_size``, ``rows``, ``label``, ``schema``
-    (path of a schema JSON) and ``missing`` (``keep`` or ``impute``).
+    (path of a schema JSON), ``missing`` (``keep`` or ``impute``) and ``keep`` (csv: columns to
+    model even if they look like row ids).
     """
     for key in ("data_dir", "schema"):
         if kwargs.get(key) is not None:
             kwargs[key] = Path(kwargs[key])
+    kwargs["keep"] = tuple(kwargs.get("keep") or ())
     options = LoadOptions(**kwargs)
     loader, arg = split_spec(spec)
     extra = options.set_options() - loader.options

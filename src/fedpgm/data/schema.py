@@ -10,6 +10,7 @@ that they are unique.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal
@@ -332,3 +333,28 @@ def infer_schema(
         feats.append(feat)
         reasons[str(name)] = reason
     return Schema(tuple(feats), label), reasons
+
+
+ID_NAMES = ("rownames", "row.names", "id", "index", "")
+
+
+def id_like_name(name: str) -> bool:
+    """``rownames``, ``id``, ``customer_id``, ``Unnamed: 0`` (pandas' index), ``""``..."""
+    n = name.strip().lower()
+    return n in ID_NAMES or bool(re.fullmatch(r"unnamed: ?\d+", n)) or n.endswith(("_id", ".id", " id"))
+
+
+def id_columns(raw: pd.DataFrame, label: str | None = None, keep: Iterable[str] = ()) -> list[str]:
+    """The columns that look like row ids: unique per row, and named like an id or holding
+    consecutive integers k, k+1, ... (at least 10 rows); never the label nor a ``keep`` column."""
+    skip = set(keep) | {label}
+    found = []
+    for name in raw.columns:
+        col = raw[name]
+        if name in skip or col.isna().any() or not col.is_unique:
+            continue
+        counting = (len(col) >= 10 and pd.api.types.is_integer_dtype(col)
+                    and bool((np.diff(col.to_numpy()) == 1).all()))
+        if id_like_name(str(name)) or counting:
+            found.append(str(name))
+    return found

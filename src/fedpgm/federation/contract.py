@@ -155,15 +155,17 @@ def Columns(max_len: Bound = MAX_LIST) -> ListOf:
 
 @dataclass(frozen=True)
 class MapOf(Field):
-    """A JSON object from names of columns this client holds to values checked by ``value``."""
+    """A JSON object of at most ``max_len`` keys checked by ``key`` to values checked by ``value``."""
     value: Field
+    key: Field = Text()
+    max_len: int = MAX_LIST
 
     def check(self, value, ctx) -> dict:
-        if not isinstance(value, dict):
-            raise Invalid(f"must be an object, got {type(value).__name__}")
+        if not isinstance(value, dict) or len(value) > self.max_len:
+            raise Invalid(f"must be an object of at most {self.max_len} keys")
         out = {}
         for k, v in value.items():
-            Column().check(k, ctx)
+            self.key.check(k, ctx)
             try:
                 out[k] = self.value.check(v, ctx)
             except Invalid as e:

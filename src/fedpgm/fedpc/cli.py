@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from fedpgm.cli_common import (AnswersOut, Backend, BatchSize, DataDir, Device, Epochs, Evidence, Force, Inputs, Label,
-                               em_passes, Alpha, EmIterations, LeafModel, Missing, Mpe, RowClusters, Pieces,
+                               em_passes, Alpha, EmIterations, Keep, LeafModel, Missing, Mpe, RowClusters, Pieces,
                                QueryColumns, Rows, Structure, TrainMethod, Units,
                                dense_params, SchemaFile, Seed, Target, TestSize, Timeout, answer_queries, check_timeout,
                                console, finish, load, one_of, prepare_outputs, stages)
@@ -105,7 +105,7 @@ def fit(
     json_out: JsonOut = None,
     force: Force = False,
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
-    missing: Missing = None, test_size: TestSize = None,
+    missing: Missing = None, test_size: TestSize = None, keep: Keep = None,
 ) -> None:
     """Partition DATASET, learn a FedPC in one pass, and report it next to centralized LearnSPN."""
     from fedpgm.fedpc.experiment import FitSettings
@@ -177,7 +177,7 @@ def evaluate(
     seed: Seed = 0,
     json_out: JsonOut = None,
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
-    missing: Missing = None, test_size: TestSize = None,
+    missing: Missing = None, test_size: TestSize = None, keep: Keep = None,
 ) -> None:
     """Test log-likelihood (and accuracy/F1 with a label) of a saved FedPC, or accuracy/F1 of a
     saved FC[DT], on DATASET's test split."""
