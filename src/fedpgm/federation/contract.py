@@ -26,6 +26,7 @@ a hundred lines.
 from __future__ import annotations
 
 import fnmatch
+from abc import ABC, abstractmethod
 import json
 import math
 from dataclasses import dataclass, field
@@ -49,11 +50,12 @@ def bound(value: Bound, ctx) -> Any:
     return value(ctx) if callable(value) else value
 
 
-class Field:
+class Field(ABC):
     """One server-controlled value: ``check`` returns it as allowed or raises ``Invalid``."""
 
+    @abstractmethod
     def check(self, value, ctx) -> Any:
-        raise NotImplementedError
+        """``value`` as allowed for the client of ``ctx``; ``Invalid`` otherwise."""
 
 
 @dataclass(frozen=True)
