@@ -11,7 +11,7 @@ from fedpgm.data.policy import ClientPolicy
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation, PrivacyAudit
 from fedpgm.fedpc.experiment import FitSettings, run_fcdt
-from fedpgm.model_files import file_record
+from fedpgm.model_files import SEAL, file_record, seal
 from fedpgm.fedpc.trees import BOOSTING, LEAF_SIZES, PRIOR_MIX, Expert, TreeCircuit, choose_min_samples_leaf, fit_fcdt
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
@@ -121,13 +121,18 @@ def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):
     back = TreeCircuit.load(tmp_path / "m")
     np.testing.assert_array_equal(back.predict_proba(cancer.test), model.predict_proba(cancer.test))
     meta = json.loads((tmp_path / "m" / "trees.json").read_text())
+    edited = json.dumps(meta | {"info": {}})  # the document's own checksum refuses any edit
+    (tmp_path / "m" / "trees.json").write_text(edited)
+    with pytest.raises(FedpgmError, match="does not match its 'document_sha256'"):
+        TreeCircuit.load(tmp_path / "m")
+    meta.pop(SEAL)
     columns = meta["experts"][0]["columns"]
     meta["experts"][0]["columns"] = columns[:1]  # splits now name unknown columns
-    (tmp_path / "m" / "trees.json").write_text(json.dumps(meta))
+    (tmp_path / "m" / "trees.json").write_text(json.dumps(seal(meta)))
     with pytest.raises(FedpgmError, match="fills for 30 columns, the expert has 1"):
         TreeCircuit.load(tmp_path / "m")
     meta["experts"][0]["columns"] = columns
-    (tmp_path / "m" / "trees.json").write_text(json.dumps(meta))
+    (tmp_path / "m" / "trees.json").write_text(json.dumps(seal(meta)))
     with np.load(tmp_path / "m" / "trees.npz") as z:
         arrays = dict(z)
     arrays["0_0_feature"][0] = 30  # a split on a column the client does not hold
@@ -135,7 +140,7 @@ def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):
     with pytest.raises(FedpgmError, match="trees.npz does not match the SHA-256 the model records"):
         TreeCircuit.load(tmp_path / "m")
     rerecord = lambda: (tmp_path / "m" / "trees.json").write_text(json.dumps(  # noqa: E731 (a deliberate editor)
-        meta | {"arrays": file_record(tmp_path / "m" / "trees.npz")}))
+        seal(meta | {"arrays": file_record(tmp_path / "m" / "trees.npz")})))
     rerecord()
     with pytest.raises(FedpgmError, match="a split names a column outside the client's 30"):
         TreeCircuit.load(tmp_path / "m")
@@ -149,13 +154,14 @@ def test_save_load_round_trip_and_crafted_files(cancer, tmp_path):
         TreeCircuit.load(tmp_path / "nothing")
     model.save(tmp_path / "r")
     meta = json.loads((tmp_path / "r" / "trees.json").read_text())
+    meta.pop(SEAL)
     meta["combine"] = "vote"
-    (tmp_path / "r" / "trees.json").write_text(json.dumps(meta))
+    (tmp_path / "r" / "trees.json").write_text(json.dumps(seal(meta)))
     with pytest.raises(FedpgmError, match="trees.json: unknown FC\\[DT\\] root 'vote'"):
         TreeCircuit.load(tmp_path / "r")
     meta["format"] = "fedpgm-fcdt-1"  # per-tree entries, before per-client experts
-    (tmp_path / "r" / "trees.json").write_text(json.dumps(meta))
-    with pytest.raises(FedpgmError, match="format 'fedpgm-fcdt-1', expected 'fedpgm-fcdt-2'\\); fit it again"):
+    (tmp_path / "r" / "trees.json").write_text(json.dumps(seal(meta)))
+    with pytest.raises(FedpgmError, match="format 'fedpgm-fcdt-1', expected 'fedpgm-fcdt-3'\\); fit it again"):
         TreeCircuit.load(tmp_path / "r")
 
 

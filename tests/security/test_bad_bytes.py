@@ -24,9 +24,11 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from safetensors.numpy import load_file
 
 from fedpgm.circuits.dense_estimator import DensePC
+from fedpgm.concepts.models import ConceptModel, load_model as load_concept_model, save_model as save_concept_model
 from fedpgm.circuits.estimator import LearnSPN
 from fedpgm.circuits.io import spec_bytes
 from fedpgm.circuits.learners import load_model
@@ -38,6 +40,7 @@ from fedpgm.federation import InProcessFederation
 from fedpgm.federation import inprocess
 from fedpgm.federation.codec import CodecError, Message, decode, encode
 from fedpgm.fedpc import FedPC, fit_fedpc
+from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
 from fedpgm.model_files import SEAL, file_record, seal
 from fedpgm.ngm.model import NGM, NGMSettings
 
@@ -205,14 +208,17 @@ DROP = object()  # the mutation that removes a field
 # the fields whose edit (with the checksums fixed) may load: reports, training settings, names,
 # statistics, the meta of a valid estimator; never a structure, size, graph, plan or record
 HARMLESS = re.compile(r"^[^:]+:(meta|info|settings|edges|residuals|layout\.stats|plan\.components\.\*\.key|"
-                      r"spec\.input_options|(layout\.|spec\.)?schema\.(label|features\.\*\.categories))(\.|$)")
+                      r"spec\.input_options|experts\.\*\.(weight|min_samples_leaf)|"
+                      r"(layout\.|spec\.)?schema\.(label|features\.\*\.categories))(\.|$)")
 MAX_QUERIES = 15  # accepted edits queried per model (a FedPC query compiles its circuit: 0.2 s)
 HOSTILE = [[], {}, "os.system", 10 ** 30, -1, None, True, 0.5, DROP]
 # documents (inner first: an outer one records the inner) and the array file each records, by model
 DOCS = {"node": {"structure.json": ("params", "params.safetensors")},
         "dense": {"structure.json": ("params", "params.safetensors")},
         "fedpc": {"circuit/structure.json": ("params", "circuit/params.safetensors"), "fedpc.json": ("files", None)},
-        "ngm": {"model.json": ("weights", "weights.safetensors")}}
+        "ngm": {"model.json": ("weights", "weights.safetensors")},
+        "fcm": {"model.json": ("weights", "weights.safetensors")},
+        "fcdt": {"trees.json": ("arrays", "trees.npz")}}
 
 
 def ngm_frame(n: int, seed: int) -> pd.DataFrame:
@@ -238,10 +244,27 @@ def saved(tmp_path_factory):
     NGM.fit(ngm_frame(300, 0), NGM_SCHEMA, nx.Graph([("a", "b"), ("b", "k")]),
             NGMSettings(hidden=8, epochs=3, seed=0)).save(root / "ngm")
     test = ngm_frame(40, 1)
+    with InProcessFederation(partition(ds, "horizontal", 2, seed=0), "fedpgm.fedpc.client:HANDLERS",
+                             mode="sequential") as fed:
+        fit_fcdt(fed, trees=2).save(root / "fcdt")
+    cards = {"a": 2, "b": 2, "c": 2, "d": 3, "e": 2, "f": 3, "g": 2, "h": 2, "i": 2, "j": 4, "y": 2}
+    graph = nx.DiGraph([("a", "c"), ("b", "c"), ("c", "y"), ("d", "y"), ("e", "f"), ("f", "y"), ("g", "y"),
+                        ("h", "g"), ("i", "j"), ("j", "y")])
+    save_concept_model(ConceptModel("cgm", 6, cards, graph, "y", hidden=4, emb=2), root / "fcm",
+                       meta={"network": "synthetic", "rounds": 3, "clients": ["c0", "c1", "c2"], "task_accuracy": 0.9,
+                             "settings": {"lr": 1e-3, "epochs": 1, "batch_size": 64, "hidden": 4, "emb": 2}})
+    inputs = torch.from_numpy(np.random.default_rng(2).normal(size=(20, 6)).astype(np.float32))
+
+    def concept_logits(loaded) -> np.ndarray:
+        model, _ = loaded
+        with torch.no_grad():
+            return np.concatenate([v.numpy() for v in model(inputs).values()], axis=1)
     return {"node": (root / "node", load_model, lambda m: m.log_likelihood(X)),
             "dense": (root / "dense", load_model, lambda m: m.log_likelihood(X[cont])),
             "fedpc": (root / "fedpc", FedPC.load, lambda m: m.log_likelihood(X)),
-            "ngm": (root / "ngm", NGM.load, lambda m: m.predict(test, "k"))}
+            "ngm": (root / "ngm", NGM.load, lambda m: m.predict(test, "k")),
+            "fcdt": (root / "fcdt", TreeCircuit.load, lambda m: m.predict_proba(X)),
+            "fcm": (root / "fcm", load_concept_model, concept_logits)}
 
 
 def paths(value, prefix=()):
@@ -398,6 +421,10 @@ RED_TEAM = {  # the issue's findings: (model, document, field, value, checksums 
     "ngm meta a list": ("ngm", "model.json", ("meta",), [], True, "field 'meta' must be an object"),
     "ngm widths as text": ("ngm", "model.json", ("widths",), "12", True, "field 'widths' must be list"),
     "ngm settings mistyped": ("ngm", "model.json", ("settings", "hidden"), "8", True, "settings.hidden"),
+    "fcm spec hidden 2**20": ("fcm", "model.json", ("spec", "hidden"), 2 ** 20, True, "field 'spec' 'hidden'"),
+    "fcm edge to an unlisted node": ("fcm", "model.json", ("spec", "edges", 0), ["c", "zz"], True, "edges join nodes"),
+    "fcm meta a list": ("fcm", "model.json", ("meta",), [], True, "field 'meta' must be"),
+    "fcdt edited, checksum kept": ("fcdt", "trees.json", ("combine",), "product", False, SEAL),
     "ngm estimator params unknown": ("ngm", "model.json", ("meta",), {"estimator": {"os.system": 1}}, True,
                                      "meta.estimator"),
 }
@@ -413,7 +440,7 @@ def test_the_red_teams_files_are_refused_naming_file_and_field(saved, tmp_path, 
 
 
 ARRAYS = {"node": "params.safetensors", "dense": "params.safetensors", "fedpc": "circuit/params.safetensors",
-          "ngm": "weights.safetensors"}
+          "ngm": "weights.safetensors", "fcm": "weights.safetensors", "fcdt": "trees.npz"}
 
 
 @pytest.mark.parametrize("model", sorted(ARRAYS))
@@ -448,7 +475,8 @@ from fedpgm.circuits.region_graph import RegionGraph
 from fedpgm.errors import FedpgmError
 from fedpgm.fedpc import FedPC
 from fedpgm.ngm.model import NGM
-LOAD = {"node": load_model, "dense": load_model, "fedpc": FedPC.load, "ngm": NGM.load}
+from fedpgm.concepts.models import load_model as load_concept_model
+LOAD = {"node": load_model, "dense": load_model, "fedpc": FedPC.load, "ngm": NGM.load, "fcm": load_concept_model}
 out = []
 for model, folder in json.loads(sys.stdin.read()):
     try:
@@ -487,6 +515,8 @@ def test_size_attacks_are_refused_before_allocating_peak_rss_under_1_gib(saved, 
         ("fedpc", grown(saved, tmp_path, "fedpc", "fedpc.json")),
         ("node", grown(saved, tmp_path, "node", "structure.json")),
         ("ngm", grown(saved, tmp_path, "ngm", "model.json")),
+        ("fcm", tampered(saved, tmp_path, "fcm", "model.json", ("spec", "hidden"), 2 ** 20)),
+        ("fcm", tampered(saved, tmp_path, "fcm", "model.json", ("spec", "input_dim"), 10 ** 9)),
     ]
     child = subprocess.run([sys.executable, "-c", LOAD_IN_CHILD], input=json.dumps([(m, str(f)) for m, f in cases]),
                            capture_output=True, text=True, timeout=300)

@@ -34,14 +34,14 @@ import numpy as np
 import torch
 
 from fedpgm.concepts.graphs import aggregate, confidence_from_doc, from_edge_list
-from fedpgm.concepts.models import ConceptModel, arrays, load_arrays, module_of
+from fedpgm.concepts.models import SPEC, ConceptModel, arrays, load_arrays, module_of
 from fedpgm.concepts.privacy import ClientDP, DPSettings
 from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
 from fedpgm.early_stopping import EarlyStopping
 from fedpgm.data.policy import PolicyRefusal
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
-from fedpgm.federation.contract import NOTHING, Array, Contract, Doc, Fields, Float, Int, Maybe
+from fedpgm.federation.contract import NOTHING, Array, Contract, Fields, Float, Int, Maybe
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 from fedpgm.federation.shares import SECURE, own_fraction, secure_weighted_mean, weighted_share
 
@@ -68,7 +68,7 @@ def split_table(frame, task: str | None = None):
 
 # A train request: the model as a spec the client rebuilds with the family's constructor and its
 # weights; local training settings bounded (sizes, epochs); DP settings the policy may lower.
-TRAIN = Contract({"spec": Doc(),
+TRAIN = Contract({"spec": SPEC,
                   "settings": Fields({"epochs": Int(1, 1000), "lr": Float(1e-7, 10.0), "batch_size": Int(1, 1 << 20),
                                       "gamma": Float(0.0, 1.0), "p_int": Float(0.0, 1.0), "seed": Int(0, 2**63 - 1)}),
                   "dp": Maybe(Fields({"epsilon": Float(1e-6, 1e6), "total_epochs": Int(1, 10**6),
@@ -96,9 +96,12 @@ def describe(request: Message, ctx: ClientContext) -> Message:
 @HANDLERS.train("train", TRAIN)
 def train(request: Message, ctx: ClientContext) -> Message:
     cfg = request.config
+    x, codes, nodes = split_table(ctx.data.train)
+    if cfg["spec"]["input_dim"] != x.shape[1]:
+        raise PolicyRefusal(f"client '{ctx.client_id}' has {x.shape[1]} inputs; the model sent takes "
+                            f"{cfg['spec']['input_dim']}")
     model = ConceptModel.from_spec(cfg["spec"])
     load_arrays(model, dict(request.arrays))
-    x, codes, nodes = split_table(ctx.data.train)
     settings = TrainSettings(**cfg["settings"])
     dp = None
     wanted, notes = ctx.policy.dp(cfg.get("dp"), ctx.client_id)  # the client's floor, not the server's

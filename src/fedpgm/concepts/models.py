@@ -36,10 +36,21 @@ from torch import nn
 
 from fedpgm.errors import FedpgmError
 from fedpgm.files import atomic_folder
-from fedpgm.model_files import check_file, check_finite, file_record, read_json
+from fedpgm.federation.contract import Choice, Fields, Int, Invalid, ListOf, MapOf, Text
+from fedpgm.model_files import (SEAL, BadModelFile, check_file, check_finite, check_keys, check_seal, file_record,
+                                need, read_json, seal)
 
 KINDS = ("cbm", "cem", "cgm", "c2bm", "opaque")
 ENCODER, SCORER = "encoder", "scorer"
+
+# What rebuilds an architecture (``ConceptModel.spec``), bounded: a spec comes from a model file or
+# from a coordinator's train request, and the model is built from it only inside these sizes (the
+# encoder alone is input_dim x hidden floats: at most 20.5 M).
+SPEC = Fields({"kind": Choice(*KINDS), "task": Text(), "hidden": Int(1, 1024), "emb": Int(1, 256),
+               "input_dim": Int(1, 20_000), "cards": MapOf(Int(2, 1024), max_len=512),
+               "nodes": ListOf(Text(), 512, unique=True),
+               "edges": ListOf(ListOf(Text(), 2), 8192, unique=True)},
+              required=("kind", "task", "hidden", "emb", "input_dim", "cards", "nodes", "edges"))
 
 
 def key(name: str) -> str:
@@ -225,6 +236,11 @@ class ConceptModel(nn.Module):
 
     @staticmethod
     def from_spec(spec: dict, seed: int = 0) -> "ConceptModel":
+        """The architecture ``spec`` describes (``SPEC``'s bounds already checked), freshly
+        initialised from ``seed``; ``FedpgmError`` for edges or nodes that do not fit together."""
+        nodes = set(spec["nodes"])
+        if any(len(e) != 2 or not set(e) <= nodes for e in spec["edges"]) or not nodes <= set(spec["cards"]):
+            raise FedpgmError("a concept model spec whose edges join nodes it lists, each with its number of states")
         g = nx.DiGraph()
         g.add_nodes_from(spec["nodes"])
         g.add_edges_from(spec["edges"])
@@ -304,7 +320,7 @@ def load_arrays(model: ConceptModel, values: dict[str, np.ndarray]) -> None:
     model.load_state_dict(sd)
 
 
-FORMAT = "fedpgm-concept-model/1"
+FORMAT = "fedpgm-concept-model/2"  # 2: the document sealed, its spec bounded
 
 
 def save_model(model: ConceptModel, folder, meta: dict | None = None):
@@ -312,8 +328,8 @@ def save_model(model: ConceptModel, folder, meta: dict | None = None):
     folder = Path(folder)
     with atomic_folder(folder) as tmp:
         save_file(arrays(model), str(tmp / "weights.safetensors"))
-        (tmp / "model.json").write_text(json.dumps({"format": FORMAT, "spec": model.spec(), "meta": meta or {},
-                                                    "weights": file_record(tmp / "weights.safetensors")}))
+        (tmp / "model.json").write_text(json.dumps(seal({"format": FORMAT, "spec": model.spec(), "meta": meta or {},
+                                                         "weights": file_record(tmp / "weights.safetensors")})))
     return folder
 
 
@@ -322,20 +338,26 @@ def load_model(folder) -> tuple[ConceptModel, dict]:
     folder = Path(folder)
     if not (folder / "model.json").is_file() or not (folder / "weights.safetensors").is_file():
         raise FedpgmError(f"{folder} is not a concept-model folder; write one with `fedpgm concepts fit --out`")
+    where = f"{folder}/model.json"
     doc = read_json(folder / "model.json")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise FedpgmError(f"{folder}/model.json is not a {FORMAT} file")
+        raise FedpgmError(f"{where} is not a {FORMAT} file; fit the model again with this fedpgm")
+    check_seal(doc, where)
+    check_keys(doc, where, "document", ("format", "spec", "meta", "weights", SEAL))
+    need(doc["meta"], dict, where, "meta")
+    try:
+        spec = SPEC.check(doc["spec"], None)
+    except Invalid as e:
+        raise BadModelFile(f"{where}: field 'spec' {e}") from None
     check_file(folder / "weights.safetensors", doc.get("weights"), str(folder))
     try:
         weights = load_file(str(folder / "weights.safetensors"))
     except (SafetensorError, OSError) as e:
         raise FedpgmError(f"{folder}: cannot read the model ({e}); write it again") from None
     check_finite(weights, str(folder))
-    if doc.get("format") != FORMAT:
-        raise FedpgmError(f"{folder}/model.json is not a {FORMAT} file")
     try:
-        model = ConceptModel.from_spec(doc["spec"])
-    except (KeyError, TypeError) as e:
-        raise FedpgmError(f"{folder}/model.json is damaged ({e})") from None
-    load_arrays(model, weights)
+        model = ConceptModel.from_spec(spec)
+        load_arrays(model, weights)
+    except FedpgmError as e:
+        raise BadModelFile(f"{where}: {e}") from None
     return model, doc.get("meta", {})

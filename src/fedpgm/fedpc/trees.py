@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import time
+import zipfile
 from dataclasses import dataclass
 from typing import Any, cast
 from pathlib import Path
@@ -49,7 +50,8 @@ from sklearn.tree import DecisionTreeClassifier
 
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.model_files import check_file, file_record, read_json
+from fedpgm.model_files import (SEAL, BadModelFile, check_file, check_keys, check_schema_doc, check_seal, file_record,
+                                need, need_float, need_int, need_list, read_json, seal)
 from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
 from fedpgm.federation.psi import align_rows, check_align
@@ -61,8 +63,9 @@ BAGGING_LEAF = 5  # min_samples_leaf under a mean root
 PRIOR_MIX = 0.01  # product root: each expert's probabilities mixed with the prior, so that one
 #                   client's pure leaf (a frequency of 0) cannot veto every other client's evidence
 COMBINES = ("auto", "mean", "product")
-FORMAT = "fedpgm-fcdt-2"  # trees.json; 1 (before per-client experts) is refused with a hint to refit
+FORMAT = "fedpgm-fcdt-3"  # trees.json; 3: sealed; older ones are refused with a hint to refit
 ENSEMBLES = ("bagging", "boosting")
+MAX_TREES = 10_000  # trees per expert a model file may list
 BOOSTING_STAGES = 100  # the most boosting stages when --trees is not given (early stopping may end sooner)
 BOOST_MIN_LEAF = 20
 BOOSTING = {"learning_rate": 0.1, "max_depth": None, "max_leaf_nodes": 31, "min_samples_leaf": BOOST_MIN_LEAF,
@@ -362,34 +365,40 @@ class TreeCircuit:
         with atomic_folder(folder) as tmp:
             np.savez(tmp / "trees.npz", **cast(dict[str, Any], arrays))  # (names, not savez's options)
             meta["arrays"] = file_record(tmp / "trees.npz")
-            (tmp / "trees.json").write_text(json.dumps(meta, indent=1))
+            (tmp / "trees.json").write_text(json.dumps(seal(meta), indent=1))
 
     @staticmethod
     def load(folder: str | Path) -> "TreeCircuit":
         folder = Path(folder)
+        where = f"{folder}/trees.json"
+        if not (folder / "trees.json").is_file():
+            raise FedpgmError(f"{folder} is not an FC[DT] model folder (trees.json is missing)")
+        meta = read_json(folder / "trees.json")
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            found = meta.get("format") if isinstance(meta, dict) else None
+            raise FedpgmError(f"{where} is not an FC[DT] model of this version (format {found!r}, expected "
+                              f"{FORMAT!r}); fit it again")
+        check_seal(meta, where)
+        check_document(meta, where)
         try:
-            meta = read_json(folder / "trees.json")
-            if not isinstance(meta, dict):
-                raise FedpgmError(f"{folder}/trees.json is not an FC[DT] model")
-            check_file(folder / "trees.npz", meta.get("arrays"), str(folder))
+            check_file(folder / "trees.npz", meta["arrays"], str(folder))
             with np.load(folder / "trees.npz", allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}  # (-inf scores and NaN fills are legitimate here)
         except FileNotFoundError as e:
             raise FedpgmError(f"{folder} is not an FC[DT] model folder ({e.filename} is missing)") from None
-        except (ValueError, OSError) as e:
+        except (ValueError, OSError, zipfile.BadZipFile) as e:
             raise FedpgmError(f"{folder}: damaged FC[DT] files ({e})") from None
-        if meta.get("format") != FORMAT:
-            raise FedpgmError(f"{folder}/trees.json is not an FC[DT] model of this version (format "
-                              f"{meta.get('format')!r}, expected {FORMAT!r}); fit it again")
-        combine = meta.get("combine")
+        combine = meta["combine"]
         if combine not in COMBINES[1:]:
-            raise FedpgmError(f"{folder}/trees.json: unknown FC[DT] root {combine!r}; expected mean or product")
+            raise FedpgmError(f"{where}: unknown FC[DT] root {combine!r}; expected mean or product")
         try:
             schema = Schema.from_dict(meta["schema"])
-            k = schema.label_feature.cardinality
-            entries = {"": meta["experts"], "r": meta.get("references", [])}
         except (KeyError, TypeError, ValueError) as e:
-            raise FedpgmError(f"{folder}/trees.json: damaged schema or expert list ({e!r})") from None
+            raise FedpgmError(f"{where}: damaged schema ({e!r})") from None
+        if schema.label is None:
+            raise BadModelFile(f"{where}: field 'schema.label' is missing; an FC[DT] model has a label")
+        k = schema.label_feature.cardinality
+        entries = {"": meta["experts"], "r": meta["references"]}
         loaded: dict[str, dict] = {}
         for tag, listed in entries.items():
             loaded[tag] = {}
@@ -401,6 +410,30 @@ class TreeCircuit:
                     raise FedpgmError(f"{what}: column(s) {unknown} are not features of the model's schema")
                 loaded[tag][entry.get("client")] = expert
         return TreeCircuit(loaded[""], schema, meta.get("info"), combine, loaded["r"])
+
+
+def check_document(meta: dict, where: str) -> None:
+    """Every field of a ``trees.json`` typed and bounded before any array is read: a crafted file
+    is refused naming its field (``BadModelFile``)."""
+    check_keys(meta, where, "document", ("format", "schema", "info", "combine", "experts", "references", "arrays",
+                                         SEAL))
+    need(meta["info"], dict, where, "info")
+    need(meta["combine"], str, where, "combine")
+    check_schema_doc(meta["schema"], where)
+    features = len(meta["schema"]["features"])
+    for group in ("experts", "references"):
+        for i, entry in enumerate(need_list(meta[group], where, group)):
+            name = f"{group}[{i}]"
+            check_keys(entry, where, name, ("client", "columns", "weight", "ensemble", "trees", "min_samples_leaf"))
+            need(entry["client"], str, where, f"{name}.client")
+            need(entry["ensemble"], str, where, f"{name}.ensemble")
+            need_list(entry["columns"], where, f"{name}.columns", str)
+            if len(entry["columns"]) > features:
+                raise BadModelFile(f"{where}: field '{name}.columns' lists more columns than the schema has")
+            need_float(entry["weight"], where, f"{name}.weight", 0.0)
+            need_int(entry["trees"], where, f"{name}.trees", 0, MAX_TREES)
+            if entry["min_samples_leaf"] is not None:
+                need_int(entry["min_samples_leaf"], where, f"{name}.min_samples_leaf", 1)
 
 
 def plan_root(schemas: dict[str, Schema], combine: str, ensemble: str) -> tuple[str, list[str]]:
