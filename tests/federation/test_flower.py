@@ -4,6 +4,7 @@ import importlib.util
 import os
 import socket
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,6 +75,25 @@ def test_reference_on_the_simulation_runtime_equals_in_process(parts, tmp_path):
     assert remote["backend"] == "simulation" and remote["clients"] == local["clients"]
     np.testing.assert_allclose(remote["mean"], local["mean"], rtol=1e-12)
     assert remote["communication"] == local["communication"]
+
+
+@NO_RAY
+def test_simulated_nodes_hold_the_parties_identities(parts, tmp_path):
+    """Under the Simulation Runtime each simulated node gets its party's identity key and the
+    roster (what PSI and aligned gluing need): one party's signature verifies at another."""
+    from fedpgm.federation.flower import simulated_node_config
+    from fedpgm.federation.identity import Identity
+
+    part, folder = parts
+    dep = LoopbackDeployment(folder, workdir=tmp_path / "dep", simulation=True)
+    keys = Path(dep.identity_files("client-0")["identity"]).parent
+    config = {"simulation-partition": str(folder), "simulation-workdir": str(tmp_path / "sim"),
+              "simulation-identity": str(keys)}
+    nodes = [simulated_node_config(i, config) for i in range(len(part.clients))]
+    parties = [Identity.load(n["client-id"], n["identity"], n["roster"]) for n in nodes]
+    assert [p.client_id for p in parties] == [c.client_id for c in part.clients]
+    parties[1].verify("client-0", parties[0].sign("hello", "client-1"), "hello", "client-1")
+    assert "identity" not in simulated_node_config(0, {**config, "simulation-identity": ""})
 
 
 def test_each_supernode_reads_a_manifest_of_its_own_part_only(parts, tmp_path):

@@ -348,9 +348,10 @@ class LoopbackDeployment:
                   "client-ids": ",".join(names), "args-json": json.dumps(args or {}), "result": str(result),
                   "node-keys": json.dumps(self.pki.allow_list(names)) if self.pki else "",
                   "timeout-s": float(exchange_timeout or timeout), "wait-s": float(wait_s)}
-        if self.simulation:
+        if self.simulation:  # (the simulated parties' identities: one folder, as identity_files makes them)
+            folder = Path(self.identity_files(names[0])["identity"]).parent
             values.update({"simulation-partition": str(self.partition_dir),
-                           "simulation-workdir": str(self.workdir / "simulation")})
+                           "simulation-workdir": str(self.workdir / "simulation"), "simulation-identity": str(folder)})
         cfg.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in values.items()))
         log = self.workdir / f"flwr-run-{result.stem}.log"
         cmd = [flwr_tool("flwr"), "run", str(app_dir()), "loopback", "--stream", "--run-config", str(cfg)]

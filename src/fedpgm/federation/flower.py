@@ -329,7 +329,8 @@ def server_main(grid: Grid, context: Context) -> None:
 
 def simulated_node_config(partition_id: int, run_config) -> dict:
     """A simulated SuperNode's node config: the ``partition_id``-th client of the run config's
-    ``simulation-partition`` folder, its state under ``simulation-workdir``."""
+    ``simulation-partition`` folder, its state under ``simulation-workdir``, its identity key and
+    the roster from ``simulation-identity`` where given (one host simulates every party)."""
     if not str(run_config.get("simulation-partition", "")):
         raise FedpgmError("a Simulation Runtime run needs run config simulation-partition (a folder "
                           "written by `fedpgm partition`) and simulation-workdir; see docs/runtime.md")
@@ -339,9 +340,13 @@ def simulated_node_config(partition_id: int, run_config) -> dict:
         raise FedpgmError(f"simulated SuperNode {partition_id} has no client: {folder} holds "
                           f"{len(entries)}; set num-supernodes to {len(entries)}")
     cid = entries[partition_id]["id"]
-    return {"client-id": cid, "data": str(folder / entries[partition_id]["train_file"]),
-            "schema": str(folder / "manifest.json"),
-            "workdir": str(Path(str(run_config["simulation-workdir"])) / "clients" / cid)}
+    out = {"client-id": cid, "data": str(folder / entries[partition_id]["train_file"]),
+           "schema": str(folder / "manifest.json"),
+           "workdir": str(Path(str(run_config["simulation-workdir"])) / "clients" / cid)}
+    keys = Path(str(run_config.get("simulation-identity", "")))
+    if str(run_config.get("simulation-identity", "")) and (keys / "roster.json").is_file():
+        out.update({"identity": str(keys / f"{cid}.key"), "roster": str(keys / "roster.json")})
+    return out
 
 
 def node_config(context: Context) -> dict:
