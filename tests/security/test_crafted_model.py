@@ -1,0 +1,101 @@
+"""Item 5 of the security issue: a coordinator that crafts the F-CM it sends reads rows back from
+one plain update, and a client whose policy requires DP (``max_epsilon``) gives it none.
+
+The crafted model (the "binning" attack, Fowl et al. 2022, "Robbing the Fed"): every encoder unit
+j measures the same direction a of the inputs with its own threshold c_j, and every downstream
+column reading the units is the same and tiny, so that (a) a row's gradient is the same for
+every unit it passes, and (b) Adam's first step, lr * g / (|g| + 1e-8), is linear in g. Two
+neighbouring units then differ by exactly the rows whose a.x falls between their thresholds; a
+bin holding one row gives that row: (dW_j - dW_j+1) / (db_j - db_j+1). docs/security.md says so
+("Neural updates without DP"): only DP bounds what an update reveals.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedpgm.concepts.federation import HANDLERS
+from fedpgm.concepts.models import ConceptModel, arrays
+from fedpgm.data.partition import ClientData
+from fedpgm.data.policy import ClientPolicy, PolicyRefusal
+from fedpgm.data.schema import Feature, Schema
+from fedpgm.federation.codec import Message
+from fedpgm.federation.handlers import ClientContext
+
+INPUTS, ROWS, UNITS = 6, 120, 256
+ADAM_EPS = 1e-8  # torch.optim.Adam's default eps: the attack's linear regime is |g| << eps
+SETTINGS = {"epochs": 1, "lr": 10.0, "batch_size": 4096, "gamma": 0.8, "p_int": 0.0, "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def table():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(ROWS, INPUTS)).astype(np.float32)
+    c = (x[:, 0] + rng.normal(0, 0.5, ROWS) > 0).astype(int)
+    y = (x[:, 1] + c + rng.normal(0, 0.5, ROWS) > 0.5).astype(int)
+    frame = pd.DataFrame({**{f"input:{i}": x[:, i] for i in range(INPUTS)}, "c": c, "y": y})
+    schema = Schema(tuple([Feature(f"input:{i}", "continuous") for i in range(INPUTS)]
+                          + [Feature("c", "categorical", (0, 1)), Feature("y", "categorical", (0, 1))]))
+    return x, frame, schema
+
+
+def crafted_model(seed: int = 1) -> dict[str, np.ndarray]:
+    """The coordinator's model: binning encoder, identical tiny columns downstream."""
+    rng = np.random.default_rng(seed)
+    model = ConceptModel("cgm", INPUTS, {"c": 2, "y": 2}, nx.DiGraph([("c", "y")]), "y", hidden=UNITS, emb=4)
+    a = rng.normal(size=INPUTS)
+    a /= np.linalg.norm(a)
+    cuts = np.quantile(rng.normal(size=100_000), np.linspace(0.001, 0.999, UNITS))  # a guess of a.x's law
+    with torch.no_grad():
+        model.encoder[0].weight[:] = torch.tensor(np.tile(a * 1e-2, (UNITS, 1)), dtype=torch.float32)
+        model.encoder[0].bias[:] = torch.tensor(-cuts * 1e-2, dtype=torch.float32)
+        column = torch.full((UNITS, 1), 1e-11)
+        model.nodes["c"].inp.weight[:] = column.expand(UNITS, UNITS)
+        model.nodes["c"].inp.bias[:] = 1.0  # (downstream stays in LeakyReLU's linear part)
+    return arrays(model)
+
+
+def rows_read_back(x: np.ndarray, sent: dict, reply: Message) -> int:
+    """How many of the client's rows the coordinator recovers to 1e-3 relative error."""
+    step = lambda k: -(reply.arrays[k].astype(np.float64) - sent[k]) * ADAM_EPS / SETTINGS["lr"]  # noqa: E731
+    g_w, g_b = step("encoder.0.weight"), step("encoder.0.bias")
+    found = set()
+    for j in range(UNITS - 1):
+        db = g_b[j] - g_b[j + 1]
+        if abs(db) > 1e-30:
+            guess = (g_w[j] - g_w[j + 1]) / db
+            err = np.linalg.norm(x - guess, axis=1) / np.linalg.norm(x, axis=1)
+            if err.min() < 1e-3:
+                found.add(int(err.argmin()))
+    return len(found)
+
+
+def train_reply(frame, schema, policy: ClientPolicy, sent: dict, dp: dict | None = None) -> Message:
+    ctx = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), None)
+    config = {"spec": ConceptModel("cgm", INPUTS, {"c": 2, "y": 2}, nx.DiGraph([("c", "y")]), "y",
+                                   hidden=UNITS, emb=4).spec(), "settings": SETTINGS}
+    return HANDLERS.handle(Message("train", sent, {**config, **({"dp": dp} if dp else {})}), ctx)
+
+
+def test_a_crafted_model_reads_rows_from_a_plain_update_under_the_default_policy(table):
+    """The limit docs/security.md states: without DP, one update gives rows away."""
+    x, frame, schema = table
+    sent = crafted_model()
+    recovered = rows_read_back(x, sent, train_reply(frame, schema, ClientPolicy(), sent))
+    print("rows recovered, default policy:", recovered, "of", ROWS)
+    assert recovered >= ROWS // 4
+
+
+def test_a_policy_requiring_dp_gives_the_crafted_model_no_row(table):
+    x, frame, schema = table
+    sent = crafted_model()
+    dp_policy = ClientPolicy(max_epsilon=1.0)
+    with pytest.raises(PolicyRefusal, match="epsilon"):  # a plain request is refused outright
+        train_reply(frame, schema, dp_policy, sent)
+    reply = train_reply(frame, schema, dp_policy, sent, {"epsilon": 1.0, "total_epochs": 1})
+    assert reply.config["epsilon"] <= 1.0 + 1e-9
+    assert rows_read_back(x, sent, reply) == 0
