@@ -1,5 +1,6 @@
 import json
 import os
+import json
 import re
 import shutil
 import subprocess
@@ -152,6 +153,14 @@ def test_out_never_deletes_a_users_folder_and_bad_outputs_fail_before_work(cli, 
     assert re.search(r"^\[ +\d+\.\d s\] learning a learnspn circuit on wine", err, re.M), err  # no terminal: lines
     assert sorted(p.name for p in mine.iterdir()) == ["params.safetensors", "structure.json"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    from fedpgm.circuits.learners import load_model
+    from fedpgm.data import load_dataset
+
+    metrics = json.loads((tmp_path / "r.json").read_text())["metrics"]  # given a label: its accuracy, macro-F1
+    test = load_dataset("wine", seed=0).test
+    truth = test["target"].to_numpy(dtype=int)
+    assert metrics["accuracy"] == pytest.approx((load_model(mine).predict_proba(test).argmax(1) == truth).mean())
+    assert 0 < metrics["f1_macro"] <= 1 and "f1" not in metrics  # (F1 of one class: binary labels only)
 
 
 def test_help_and_version_start_without_the_heavy_libraries():

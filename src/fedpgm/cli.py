@@ -230,7 +230,8 @@ def pc_fit(
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
     missing: Missing = None, test_size: TestSize = None, keep: Keep = None,
 ) -> None:
-    """Learn a circuit on DATASET's train split; report the mean test log-likelihood (nats)."""
+    """Learn a circuit on DATASET's train split; report the mean test log-likelihood (nats) and,
+    given a label, the test accuracy and macro-F1 of predicting it."""
     import time
 
     import numpy as np
@@ -293,6 +294,10 @@ def pc_fit(
             report["test_bpd"] = bits_per_dim(report["test_loglik"], len(ds.schema))
     if ds.valid is not None:
         report["valid_loglik"] = model.score(ds.valid)
+    if ds.schema.label is not None and not dense:  # the label's test accuracy, macro-F1 (and F1 if binary)
+        from fedpgm.fedpc.experiment import classification
+
+        report.update(classification(model.predict_proba(ds.test), ds.test[ds.schema.label].to_numpy(dtype=float)))
     if selection is not None:
         report["selection"] = selection
     with outputs:
