@@ -27,7 +27,7 @@ def test_extending_quotes_the_worked_example_as_it_is():
     """Every quoted line of docs/extending.md (those without '...') is in the example's sources."""
     root = Path(__file__).parents[1]
     sources = "\n".join((root / p).read_text() for p in ("src/fedpgm/naive_bayes.py", "src/fedpgm/federation/apps.py",
-                                                          "src/fedpgm/cli.py"))
+                                                          "src/fedpgm/federation/cli.py"))
     text = (root / "docs" / "extending.md").read_text()
     quoted = [line for block in re.findall(r"```python\n(.*?)```", text, re.S) for line in block.splitlines()
               if line.strip() and "..." not in line]

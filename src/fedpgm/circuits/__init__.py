@@ -1,7 +1,15 @@
 """The probabilistic-circuit engine: leaves, structure, compiled evaluation, queries, learners,
-and the safetensors + JSON file format."""
+and the safetensors + JSON file format.
 
-from fedpgm.circuits.compiled import CompiledCircuit
-from fedpgm.circuits.structure import Circuit, Leaf, Product, Sum, product_of, sum_of
+Names are imported on first use, so that importing the ``pc`` commands (``fedpgm.circuits.cli``)
+for ``fedpgm --help`` loads no numpy or torch.
+"""
 
-__all__ = ["Circuit", "CompiledCircuit", "Leaf", "Product", "Sum", "product_of", "sum_of"]
+from fedpgm.lazy import exports
+
+_MODULE_OF = {"CompiledCircuit": "compiled", "Circuit": "structure", "Leaf": "structure", "Product": "structure",
+              "Sum": "structure", "product_of": "structure", "sum_of": "structure"}
+_WHERE = {name: f"fedpgm.circuits.{module}" for name, module in _MODULE_OF.items()}
+__all__ = sorted(_WHERE)
+
+__getattr__ = exports(__name__, _WHERE)

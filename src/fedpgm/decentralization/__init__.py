@@ -1,8 +1,15 @@
 """The cost of decentralization in vertical federations: exact Bayesian predictive losses of
-collaborative vs decentralized learning and inference, under privacy constraints."""
+collaborative vs decentralized learning and inference, under privacy constraints.
 
-from fedpgm.decentralization.engine import SCHEMES, conditional_entropy, leakage, losses
-from fedpgm.decentralization.model import Channel, DiscreteModel, identity_channel, xor_channel
+Names are imported on first use, so that importing the commands (``fedpgm.decentralization.cli``)
+for ``fedpgm --help`` loads no numpy.
+"""
 
-__all__ = ["Channel", "DiscreteModel", "SCHEMES", "conditional_entropy", "identity_channel",
-           "leakage", "losses", "xor_channel"]
+from fedpgm.lazy import exports
+
+_MODULE_OF = {"SCHEMES": "engine", "conditional_entropy": "engine", "leakage": "engine", "losses": "engine",
+              "Channel": "model", "DiscreteModel": "model", "identity_channel": "model", "xor_channel": "model"}
+_WHERE = {name: f"fedpgm.decentralization.{module}" for name, module in _MODULE_OF.items()}
+__all__ = sorted(_WHERE)
+
+__getattr__ = exports(__name__, _WHERE)
