@@ -4,12 +4,20 @@ A class lists ``_parameter_constraints`` as scikit-learn's own estimators do; ``
 validates them (at ``fit``, or earlier: the CLI checks before reading data) and turns
 scikit-learn's ``InvalidParameterError`` into a one-line ``FedpgmError`` naming the parameter and
 its allowed range; ``set_params`` refuses an unknown name instead of scikit-learn's longer message.
+
+scikit-learn keeps its constraint classes (``Interval``, ``StrOptions``) and
+``InvalidParameterError`` in the private ``sklearn.utils._param_validation``; this module is the
+one place that imports them (every estimator takes them from here), pyproject.toml pins
+scikit-learn to the tested range, and ``tests/test_params.py`` checks the behaviour relied on, so
+a scikit-learn that moves them fails one test instead of every estimator.
 """
 
 from __future__ import annotations
 
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import InvalidParameterError
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
+
+__all__ = ["CheckedParams", "Interval", "StrOptions"]
 
 from fedpgm.errors import FedpgmError
 

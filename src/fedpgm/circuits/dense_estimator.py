@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.utils._param_validation import Interval, StrOptions
+from fedpgm.params import Interval, StrOptions
 
 from fedpgm.circuits import dense_train
 from fedpgm.circuits.dense import DenseCircuit

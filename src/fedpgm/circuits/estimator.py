@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.exceptions import NotFittedError
-from sklearn.utils._param_validation import Interval, StrOptions
+from fedpgm.params import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
 from fedpgm.circuits import queries

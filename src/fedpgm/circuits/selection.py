@@ -69,7 +69,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
-from sklearn.utils._param_validation import Interval
+from fedpgm.params import Interval
 
 from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN, LearnSPNMixture, as_matrix
 from fedpgm.circuits.latent_tree import LATENT_STATES

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.utils._param_validation import Interval, StrOptions
+from fedpgm.params import Interval, StrOptions
 
 from fedpgm.concepts.federation import (GRAPH_ROUNDS, GRAPH_VOTES, HANDLERS_PATH, X_PREFIX, RoundSettings, run_rounds,
                                         split_table)

@@ -20,7 +20,7 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
-from sklearn.utils._param_validation import Interval, StrOptions
+from fedpgm.params import Interval, StrOptions
 
 from fedpgm.data.partition import Partition, read_partition
 from fedpgm.errors import FedpgmError

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.utils._param_validation import Interval, StrOptions
+from fedpgm.params import Interval, StrOptions
 
 from fedpgm.circuits.learners import ESTIMATORS
 from fedpgm.data.partition import Partition

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from sklearn.metrics import accuracy_score, r2_score
-from sklearn.utils._param_validation import Interval, StrOptions
+from fedpgm.params import Interval, StrOptions
 
 from fedpgm.data.partition import Partition
 from fedpgm.errors import FedpgmError
