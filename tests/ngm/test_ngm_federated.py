@@ -13,7 +13,7 @@ from fedpgm.federation import InProcessFederation
 from fedpgm.federation.privacy import PrivacyAudit
 from fedpgm.ngm.graph import from_edges
 from fedpgm.ngm.layout import Layout
-from fedpgm.ngm.model import NGMSettings, Objective
+from fedpgm.ngm.train import NGMSettings, Objective
 from fedpgm.ngm.server import fit_fedngm
 from fedpgm.ngm.stitch import stitch, widen
 

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from fedpgm.errors import FedpgmError
-from fedpgm.ngm.model import NGM, NGMSettings, Teachers, hide, step_loss
+from fedpgm.ngm.model import NGM
+from fedpgm.ngm.train import NGMSettings, Teachers, hide, step_loss
 
 
 def test_path_strength_off_the_graph_is_near_zero(chain_model):

@@ -29,7 +29,8 @@ from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.graph import adjacency
 from fedpgm.ngm.layout import MIN_ROWS, Layout
-from fedpgm.ngm.model import NGM, NGMSettings, Objective, train, validation_rows
+from fedpgm.ngm.model import NGM
+from fedpgm.ngm.train import NGMSettings, Objective, train, validation_rows
 from fedpgm.ngm.network import NGMNet
 
 
