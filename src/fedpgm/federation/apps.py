@@ -4,7 +4,7 @@ A Flower run config names a family (``handlers = "fedpc"``) and a procedure (``p
 "fedpc"``), never a Python import path: a SuperNode imports only the handler sets listed here,
 and its operator narrows them further with the node's policy (``families``). A run that names
 anything else is refused with the list of what exists. In-process federations take any
-``HandlerSet`` (``fedpgm.federation.handlers.load_handlers``), since the caller runs them all.
+``HandlerSet`` (``fedpgm.federation.runtime.load_handlers``), since the caller runs them all.
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ from fedpgm.federation.apps import handlers_path, procedure_path  # noqa: E402
 from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation, Outcome,  # noqa: E402
                                     Payload)
 from fedpgm.federation.codec import CodecError, Message, decode, encode  # noqa: E402
-from fedpgm.federation.handlers import (ClientContext, HandlerSet, load_handlers,  # noqa: E402
-                                        load_state, save_state)
+from fedpgm.federation.handlers import ClientContext, HandlerSet, load_state, save_state  # noqa: E402
+from fedpgm.federation.runtime import load_handlers  # noqa: E402
 from fedpgm.federation.identity import Identity  # noqa: E402
 from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
 from fedpgm.federation.pki import fingerprint  # noqa: E402

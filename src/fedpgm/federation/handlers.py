@@ -27,15 +27,14 @@ belong in files under ``ctx.workdir``.
 inputs) for later messages of the same process; it is never saved, so a backend that starts a
 fresh context per message (Flower) simply computes them again.
 
-``RUNTIME`` holds the runtime's own handlers, which every algorithm's set answers too (private
-row alignment, ``fedpgm.federation.psi``). Once the parties have agreed on their common rows
-(state ``ALIGNED``: positions into the client's training rows, in the agreed order), every
-handler sees only those rows in that order.
+Every family's set is served together with the runtime's own handlers (private row
+alignment, a shared secret: ``fedpgm.federation.runtime``). Once the parties have agreed on
+their common rows (state ``ALIGNED``: positions into the client's training rows, in the agreed
+order), every handler sees only those rows in that order.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import tempfile
@@ -155,16 +154,26 @@ class HandlerSet:
         return self.lookup(name)[0]
 
     def lookup(self, name: str) -> tuple[str, Handler, Contract]:
-        """The handler of ``name``: this set's own, else the runtime's (``RUNTIME``)."""
-        found = self.handlers.get(name) or (RUNTIME.handlers.get(name) if self is not RUNTIME else None)
+        """The handler of ``name``."""
+        found = self.handlers.get(name)
         if found is None:
             raise FedpgmError(f"unknown message '{name}' for handlers '{self.name}' "
                               f"(known: {sorted(self.handlers)})")
         return found
 
     def routes(self) -> dict[str, str]:
-        """Every message name this set answers, with its kind (its own and the runtime's)."""
-        return {name: kind for name, (kind, _, _) in {**RUNTIME.handlers, **self.handlers}.items()}
+        """Every message name this set answers, with its kind."""
+        return {name: kind for name, (kind, _, _) in self.handlers.items()}
+
+    def joined(self, *others: "HandlerSet") -> "HandlerSet":
+        """A set of this family (its name, warm-up) answering its own messages and ``others``'."""
+        out = HandlerSet(self.name, self.warm_up)
+        for part in (self, *others):
+            clash = sorted(set(out.handlers) & set(part.handlers))
+            if clash:
+                raise FedpgmError(f"handlers '{self.name}' and '{part.name}' both answer {clash}")
+            out.handlers.update(part.handlers)
+        return out
 
     def handle(self, request: Message, ctx: ClientContext) -> Message:
         """Run the handler under the client's policy: its family allow-list, its per-run request
@@ -198,21 +207,6 @@ class HandlerSet:
         return reply
 
 
-RUNTIME = HandlerSet("runtime")
-
-
-def load_handlers(path: str) -> HandlerSet:
-    """Import ``"package.module:ATTRIBUTE"`` and return that ``HandlerSet``."""
-    module, _, attr = path.partition(":")
-    try:
-        obj = getattr(importlib.import_module(module), attr or "HANDLERS")
-    except (ImportError, AttributeError) as e:
-        raise FedpgmError(f"cannot load handlers '{path}' ({e}); use 'package.module:NAME'") from None
-    if not isinstance(obj, HandlerSet):
-        raise FedpgmError(f"'{path}' is a {type(obj).__name__}, not a HandlerSet")
-    return obj
-
-
 def save_state(state: dict, workdir: Path) -> None:
     """Arrays to ``state.npz`` and the rest to ``state.json``, each replaced atomically."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -235,5 +229,3 @@ def load_state(workdir: Path) -> dict:
             state.update({k: z[k] for k in z.files})
     return state
 
-
-from fedpgm.federation import psi, secret  # noqa: E402,F401  registers the runtime's PSI and secret handlers

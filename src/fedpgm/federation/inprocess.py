@@ -33,7 +33,8 @@ from fedpgm.data.partition import ClientData, Partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S, AuditHook, ClientFailure, Federation, Outcome, Payload
 from fedpgm.federation.codec import decode, encode
-from fedpgm.federation.handlers import ClientContext, HandlerSet, load_handlers
+from fedpgm.federation.handlers import ClientContext, HandlerSet
+from fedpgm.federation.runtime import load_handlers, serving
 from fedpgm.federation.identity import Identity
 from fedpgm.federation.lifecycle import guard, watch_parent, worker_signals
 from fedpgm.threads import limit_torch
@@ -173,7 +174,7 @@ class InProcessFederation(Federation):
         self.mode = mode
         self.max_workers = max(1, max_workers or os.cpu_count() or 1)
         if mode == "sequential":
-            handler_set = load_handlers(handlers) if isinstance(handlers, str) else handlers
+            handler_set = load_handlers(handlers) if isinstance(handlers, str) else serving(handlers)
         elif not isinstance(handlers, str):
             raise FedpgmError("processes mode needs handlers as 'package.module:NAME'")
         else:

@@ -43,7 +43,7 @@ from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
 from fedpgm.data.policy import PolicyRefusal
 from fedpgm.federation.contract import NOTHING, Array, Contract, ListOf, Text
-from fedpgm.federation.handlers import ALIGNED, RUNTIME, ClientContext
+from fedpgm.federation.handlers import ALIGNED, ClientContext, HandlerSet
 from fedpgm.federation.identity import Identity
 
 ALIGNMENTS = ("none", "psi")
@@ -120,7 +120,10 @@ def bounded(psi, ctx: ClientContext, request) -> None:
                             f"(its policy's max_psi_ids), got {n}")
 
 
-@RUNTIME.query("psi_start", NOTHING)
+HANDLERS = HandlerSet("psi")  # the PSI steps every family answers (``fedpgm.federation.runtime``)
+
+
+@HANDLERS.query("psi_start", NOTHING)
 def start(request: Message, ctx: ClientContext) -> Message:
     """A fresh key; the request (ids blinded with it), signed, and the id count."""
     psi = psi_module()
@@ -150,7 +153,7 @@ def own_key(psi, ctx: ClientContext):
     return psi.client.CreateFromKey(np.asarray(ctx.state[KEY], np.uint8).tobytes(), True)
 
 
-@RUNTIME.query("psi_serve", Contract({"leader": Text()}, required=("leader",),
+@HANDLERS.query("psi_serve", Contract({"leader": Text()}, required=("leader",),
                                      arrays={"request": Array("u"), "signature": Array("u", 64)}))
 def serve_leader(request: Message, ctx: ClientContext) -> Message:
     """Answer the leader's request (only one the leader signed, once per run, of a bounded size) and
@@ -167,7 +170,7 @@ def serve_leader(request: Message, ctx: ClientContext) -> Message:
     return Message("psi_serve", out)
 
 
-@RUNTIME.query("psi_intersect", Contract({"parties": ListOf(Text(), 1024, unique=True)}, required=("parties",),
+@HANDLERS.query("psi_intersect", Contract({"parties": ListOf(Text(), 1024, unique=True)}, required=("parties",),
                                          arrays={"*": Array("u")}))
 def intersect(request: Message, ctx: ClientContext) -> Message:
     """Leader: I = the ids every party holds (from answers each party signed); then serve I to each
@@ -205,7 +208,7 @@ def intersect(request: Message, ctx: ClientContext) -> Message:
     return Message("psi_intersect", out, {"n_rows": n, "empty_with": []})
 
 
-@RUNTIME.query("psi_finish", Contract({"leader": Text()}, required=("leader",),
+@HANDLERS.query("psi_finish", Contract({"leader": Text()}, required=("leader",),
                                       arrays={"setup": Array("u"), "response": Array("u"),
                                               "signature": Array("u", 64)}))
 def finish(request: Message, ctx: ClientContext) -> Message:

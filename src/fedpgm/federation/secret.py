@@ -22,7 +22,7 @@ from fedpgm.data.policy import PolicyRefusal
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
 from fedpgm.federation.contract import Array, Contract, ListOf, Text
-from fedpgm.federation.handlers import RUNTIME, ClientContext
+from fedpgm.federation.handlers import ClientContext, HandlerSet
 
 SECRET = "secret/key"  # state: (32,) uint8, the run's shared key
 
@@ -40,7 +40,10 @@ def keep_once(ctx: ClientContext, key: bytes) -> None:
     ctx.state[SECRET] = np.frombuffer(key, np.uint8).copy()
 
 
-@RUNTIME.query("secret_deal", Contract({"parties": ListOf(Text(), 1024, unique=True)}, required=("parties",)))
+HANDLERS = HandlerSet("secret")  # the shared-secret steps every family answers (``fedpgm.federation.runtime``)
+
+
+@HANDLERS.query("secret_deal", Contract({"parties": ListOf(Text(), 1024, unique=True)}, required=("parties",)))
 def deal(request: Message, ctx: ClientContext) -> Message:
     """Dealer: a fresh key, sealed and signed for each of ``parties``."""
     me = identity_of(ctx)
@@ -56,7 +59,7 @@ def deal(request: Message, ctx: ClientContext) -> Message:
     return Message("secret_deal", out)
 
 
-@RUNTIME.query("secret_take", Contract({"dealer": Text()}, required=("dealer",),
+@HANDLERS.query("secret_take", Contract({"dealer": Text()}, required=("dealer",),
                                        arrays={"sealed": Array("u", 256), "signature": Array("u", 64)}))
 def take(request: Message, ctx: ClientContext) -> Message:
     """A party: the dealer's key, only from a copy the dealer signed for this party."""
