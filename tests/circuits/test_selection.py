@@ -217,3 +217,32 @@ def test_a_mixture_with_bad_components_is_refused_in_one_line(mixed):
         LearnSPNMixture(components=[{"min_instances_slice": 50}], weights=[]).fit(train, ds.schema)
     with pytest.raises(FedpgmError, match=r"\['bogus'\] are not among them"):
         LearnSPNMixture(components=[{"min_instances_slice": 50, "bogus": 1}], weights=[1.0]).fit(train, ds.schema)
+
+
+def test_a_tiny_budget_on_a_wide_table_holds_with_the_final_fit_on_every_row():
+    """120 binary columns, a 5 s budget: every fit stops splitting at its deadline, the leader's
+    fit on every row is left unsplit where it is predicted to end past the budget, and stages
+    3 and 4 run only where they fit; the search ends within its budget (it ran over by the
+    final fit before: 902 s over a 30 s budget on 1,000 columns)."""
+    rng = np.random.default_rng(0)
+    hidden = rng.integers(0, 4, 600)
+    X = np.where(rng.random((600, 120)) < 0.8, (hidden[:, None] >> (np.arange(120) % 2)) & 1,
+                 rng.integers(0, 2, (600, 120)))
+    schema = Schema(tuple(Feature(f"b{v}", "binary", ("0", "1")) for v in range(120)))
+    frame = pd.DataFrame(X.astype(float), columns=schema.names)
+    model, report = select_learnspn(frame[:500], frame[500:], schema, budget_s=5, seed=0)
+    assert report["over_budget_s"] == 0.0
+    assert any(t["rows"] == 500 for t in report["tried"])  # the model is learned on every training row
+    assert model.score(frame[500:]) == pytest.approx(report["valid_loglik"], abs=1e-9)
+
+
+def test_a_fit_past_its_deadline_ends_in_independent_leaves(mixed):
+    """``learn_spn``'s deadline, as the selection stops a fit: no slice is split past it."""
+    from fedpgm.circuits.estimator import as_matrix
+    from fedpgm.circuits.learnspn import learn_spn
+    train, _, ds = mixed
+    X = as_matrix(train, ds.schema)
+    stopped = learn_spn(ds.schema, X, min_instances_slice=50, leaf_model="chow-liu", deadline=0.0).stats()
+    assert (stopped["n_sums"], stopped["n_products"], stopped["n_leaves"]) == (0, 1, len(ds.schema))
+    grown = learn_spn(ds.schema, X, min_instances_slice=50, leaf_model="chow-liu").stats()
+    assert grown["n_sums"] > 0

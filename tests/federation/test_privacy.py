@@ -295,3 +295,44 @@ def test_rare_rows_of_small_counts_and_outlier_runs_are_not_found_in_index_lists
         audit.check("c", Message("fit", config={"row": [ratio[17], *counts[17][::-1]]}))
     with pytest.raises(PrivacyViolation, match="consecutive values of column 'ratio'"):
         audit.check("c", Message("fit", {"w": ratio[100:110] * 7 - 2}))
+
+
+@pytest.fixture(scope="module")
+def sorted_by_price():
+    """A table like R's diamonds, whose rows are sorted by price: in row order, price climbs by a
+    few dollars (runs such as 6078..6083) and carat repeats two values at a time; depth is in no
+    order. Honest default FedPC runs on it were refused (issue 50)."""
+    import pandas as pd
+    from fedpgm.data.partition import ClientData
+    from fedpgm.data.schema import Feature, Schema
+    rng = np.random.default_rng(7)
+    n = 20_000
+    price = np.sort(np.round(np.exp(rng.uniform(np.log(326), np.log(18823), n))))
+    carat = np.round(0.2 + price / 6000 + rng.normal(0, 0.004, n), 2)
+    depth = np.round(rng.normal(61.7, 1.4, n), 1)
+    schema = Schema((Feature("price", "continuous"), Feature("carat", "continuous"), Feature("depth", "continuous")))
+    client = ClientData("c", schema, pd.DataFrame({"price": price, "carat": carat, "depth": depth}))
+    return client, PrivacyAudit([client])
+
+
+def test_progressions_probabilities_and_cluster_ids_are_not_copies_of_a_sorted_column(sorted_by_price):
+    """What diamonds' clients were refused for: a product's child indices 4..9 (an arithmetic
+    progression, as prices 6078..6083 are up to a shift), a leaf's probabilities (counts over n,
+    the shape of 5294, 5294, 5296, 5296, 5297, 5299), each row's cluster id (a carat run of two
+    values). The same audit still finds a run of depth, scaled and shifted, and says which
+    setting to change."""
+    client, audit = sorted_by_price
+    rng = np.random.default_rng(0)
+    probs = {"a": [0.0078125, 0.0078125, 0.1640625, 0.1640625, 0.2421875, 0.3984375],
+             "b": [0.398876, 0.286517, 0.117978, 0.061798, 0.005618, 0.005618]}
+    arrays = {f"leaf{k}.categorical.probs": np.array(v) for k, v in probs.items()}
+    arrays["memberships/cluster"] = rng.integers(0, 4, 5000)  # (holds 3, 2, 1, 0, 0, 0: a refused run)
+    arrays["codes"] = np.repeat(np.arange(40), rng.integers(1, 4, 40))  # sorted integer codes
+    config = {"nodes": [{"type": "product", "children": list(range(4, 10))}, {"children": list(range(200))}]}
+    audit.check("c", Message("fit", arrays, config))
+    depth = client.train["depth"].to_numpy()
+    with pytest.raises(PrivacyViolation, match="values of column 'depth'.*set audit to false in the client's policy"):
+        audit.check("c", Message("fit", {**arrays, "w": depth[300:330] * 10 + 3}))
+    price = client.train["price"].to_numpy()
+    from fedpgm.federation.privacy import shape_bits
+    assert shape_bits(price[None, 6000:6006]) < 48 <= shape_bits(depth[None, 6000:6012])

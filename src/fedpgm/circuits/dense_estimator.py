@@ -32,7 +32,6 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import torch
-from fedpgm.params import Interval, StrOptions
 
 from fedpgm.circuits import dense_train
 from fedpgm.circuits.dense import DenseCircuit
@@ -43,7 +42,7 @@ from fedpgm.circuits.region_graph import STRUCTURES, build
 from fedpgm.data import images
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.params import CheckedParams
+from fedpgm.params import CheckedParams, Interval, StrOptions
 
 DEVICES = ("auto", "cpu", "cuda")
 

@@ -14,6 +14,7 @@ scikit-learn checks its own (``_parameter_constraints``), at ``fit`` or earlier 
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from numbers import Integral, Real
 
@@ -21,7 +22,6 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.exceptions import NotFittedError
-from fedpgm.params import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
 from fedpgm.circuits import queries
@@ -35,7 +35,7 @@ from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.circuits.structure import Circuit, sum_of
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.params import CheckedParams
+from fedpgm.params import CheckedParams, Interval, StrOptions
 
 
 def as_matrix(X, schema: Schema) -> np.ndarray:
@@ -269,12 +269,18 @@ class LearnSPN(CircuitEstimator):
         self.latent_states, self.em_batch_size = latent_states, em_batch_size
 
     def _learn(self, schema, X, floors):
-        circuit = learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed, floors=floors,
-                            by_label=self.by_label, min_leaf_rows=self.min_leaf_rows, leaf_model=self.leaf_model,
-                            alpha=self.alpha, row_clusters=self.row_clusters, latent_states=self.latent_states)
+        circuit = self.structure(schema, X, floors)
         for k in range(self.em_iterations):
             self.em_pass(circuit, X, k, floors)
         return circuit
+
+    def structure(self, schema: Schema, X: np.ndarray, floors: np.ndarray, deadline: float = math.inf) -> Circuit:
+        """The circuit LearnSPN learns on X (rows, variables) before any EM pass; past ``deadline``
+        (a ``time.perf_counter()`` time) no slice is split (``learn_spn``)."""
+        return learn_spn(schema, X, self.min_instances_slice, self.threshold, self.leaf, self.seed, floors=floors,
+                         by_label=self.by_label, min_leaf_rows=self.min_leaf_rows, leaf_model=self.leaf_model,
+                         alpha=self.alpha, row_clusters=self.row_clusters, latent_states=self.latent_states,
+                         deadline=deadline)
 
     def em_pass(self, circuit, X: np.ndarray, k: int, floors: np.ndarray) -> None:
         """EM pass ``k`` (from 0) over X, in place (as ``select_learnspn`` runs them one by one)."""

@@ -24,6 +24,8 @@ split on the label (RDC can cut it off as an almost independent leaf), which cos
 
 from __future__ import annotations
 
+import math
+import time
 import warnings
 
 import numpy as np
@@ -51,7 +53,7 @@ class LearnSPNBuilder:
     def __init__(self, schema: Schema, X: np.ndarray, min_instances_slice: int, threshold: float,
                  leaf: str, seed: int, floors: np.ndarray, progress=None, min_leaf_rows: int = 1,
                  leaf_model: str = "univariate", alpha: float = ALPHA, row_clusters: int = 2,
-                 latent_states: int = LATENT_STATES) -> None:
+                 latent_states: int = LATENT_STATES, deadline: float = math.inf) -> None:
         self.c = Circuit(schema)
         self.X = X
         self.floors = floors
@@ -63,6 +65,11 @@ class LearnSPNBuilder:
         self.leaf_model = leaf_model
         self.alpha, self.row_clusters, self.latent_states = alpha, row_clusters, latent_states
         self.complete = not np.isnan(X).any()  # slices then keep their rows' sort orders
+        self.deadline = deadline  # (a time.perf_counter() time)
+
+    def late(self) -> bool:
+        """Whether the deadline has passed: no slice is split any more, each ends in independent leaves."""
+        return time.perf_counter() > self.deadline
 
     def leaf_of(self, rows: np.ndarray, var: int) -> int:
         """A leaf of ``var`` fitted to the slice's observed values (NaN ignored), or where they are
@@ -82,7 +89,7 @@ class LearnSPNBuilder:
         """The slice's end: independent leaves, or (``leaf_model`` "chow-liu" / "latent-tree") a
         Chow-Liu forest / latent tree over its discrete variables times leaves of the continuous ones."""
         discrete = [v for v in scope if self.cards[v] > 0]
-        tree = self.leaf_model != "univariate" and len(discrete) > 1
+        tree = self.leaf_model != "univariate" and len(discrete) > 1 and not self.late()
         alone = [v for v in scope if not (tree and v in discrete)]
         parts = [self.leaf_of(rows, v) for v in alone]
         if tree:
@@ -107,7 +114,7 @@ class LearnSPNBuilder:
         of its columns, handed down from the parent slice (complete data only; None: sorted here)."""
         if self.progress is not None:
             self.progress()
-        if len(scope) == 1 or len(rows) < self.min_instances:
+        if len(scope) == 1 or len(rows) < self.min_instances or self.late():
             return self.naive(rows, scope)
         data = self.slice(rows, scope)
         constant = np.ptp(data, axis=0) == 0
@@ -170,7 +177,8 @@ class LearnSPNBuilder:
 def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, threshold: float = 0.3,
               leaf: str = "gaussian", seed: int = 0, progress=None, floors: np.ndarray | None = None,
               by_label: bool = False, min_leaf_rows: int = 1, leaf_model: str = "univariate",
-              alpha: float = ALPHA, row_clusters: int = 2, latent_states: int = LATENT_STATES) -> Circuit:
+              alpha: float = ALPHA, row_clusters: int = 2, latent_states: int = LATENT_STATES,
+              deadline: float = math.inf) -> Circuit:
     """Learn a circuit over all of ``schema``'s variables from ``X`` (rows, variables); a
     continuous leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``). No row
     split leaves a part with fewer than ``min_leaf_rows`` rows, and a leaf whose slice observes
@@ -178,7 +186,9 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
     marginal (``floor_cpts``), a histogram's edges a grid (``grid_edges``): every parameter is
     a statistic of that many rows (a client's privacy floor; given ``X`` has them). ``alpha``: the
     leaves' (and trees') pseudo-count per state or bin; ``row_clusters``: parts per row split;
-    ``latent_states``: hidden states per variable of ``leaf_model="latent-tree"``."""
+    ``latent_states``: hidden states per variable of ``leaf_model="latent-tree"``; ``deadline``: a
+    ``time.perf_counter()`` time past which no slice is split and every slice left ends in
+    independent leaves (a selection's budget: ``fedpgm.circuits.selection``)."""
     if min_instances_slice < 1:
         raise FedpgmError(f"min_instances_slice must be >= 1, got {min_instances_slice}")
     if not 0.0 <= threshold <= 1.0:
@@ -203,7 +213,7 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
     if min_leaf_rows < 1:
         raise FedpgmError(f"min_leaf_rows must be >= 1, got {min_leaf_rows}")
     builder = LearnSPNBuilder(schema, X, min_instances_slice, threshold, leaf, seed, floors, progress,
-                              min_leaf_rows, leaf_model, alpha, row_clusters, latent_states)
+                              min_leaf_rows, leaf_model, alpha, row_clusters, latent_states, deadline)
     everything = np.arange(len(X))
     if by_label and schema.label is not None:
         builder.learn_by_label(everything, schema.index(schema.label))

@@ -20,12 +20,11 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
-from fedpgm.params import Interval, StrOptions
 
 from fedpgm.data.partition import Partition, read_partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.apps import BACKENDS
-from fedpgm.params import CheckedParams
+from fedpgm.params import CheckedParams, Interval, StrOptions
 
 
 def as_partition(federation) -> Partition:

@@ -32,8 +32,13 @@ of its columns' empirical entropies; 2^16 possible rows); below that the table d
 in. A row is also searched for only if its values are unlikely to turn up by chance in any of
 the rows' windows (``chance_bits``: a universal prior on numbers, less the orders a match in any
 order allows, at least ``MIN_ROW_BITS`` + log2 of the rows searched): a row of small counts is
-rare among borrowers but found in every list of child indices. A column run must likewise keep
-``RUN_BITS`` in its standardised shape at the matching tolerance (``shape_bits``). Sorted runs
+rare among borrowers but found in every list of child indices. A column run must likewise take
+``RUN_BITS`` to write as whole numbers up to a shift and a scale (``shape_bits``: its values in
+steps of their own resolution, or of the matching tolerance, less their minimum, over their
+common divisor). An affine copy is the same whole numbers, so the message's matching values carry
+as much: a run of a column whose rows are sorted (diamonds' price: 6078..6083) or that repeats
+few values (carat) is an arithmetic progression, a list of cluster ids or of counts over n (a
+leaf's probabilities) in any message, and is not searched for. Sorted runs
 (of distinct values; ties are no information) need ``RUN_BITS`` from their gaps, ``gap_bits``,
 plus, for exact values, log2 of the column's distinct values (where the run lies). Affine
 copies of sorted runs are searched for only in columns whose values are mostly distinct
@@ -48,15 +53,19 @@ common as a list of child indices.
 
 What it does not detect, by design or by cost: runs of a column that is mostly one value
 (capital-gain, 92% zeros: a window of 16 holds too few amounts to tell it from a list of
-quantiles), scaled or shifted sorted copies of columns
-recorded to few digits (above), sorted runs of densely repeated integer values (a range of
-ages), values perturbed by noise, rounding to fewer
+quantiles), runs of a column whose rows are sorted by it or that repeat few values (their
+shapes take under ``RUN_BITS``: progressions, short lists of small whole numbers), scaled or
+shifted sorted copies of columns recorded to few digits (above), sorted runs of densely
+repeated integer values (a range of ages), values perturbed by noise, rounding to fewer
 digits than float32, non-affine transforms (log, ranks), subsets of rows or columns that are not
 contiguous in the message, a column spread over non-adjacent positions (strided), the sorted
 copy of a discrete column, rows whose values are partly missing, and anything derived from
 several rows (means, counts, quantiles): those are the statistics the algorithms are meant to
 send, and the client's policy (``fedpgm.data.policy``, ``min_rows``) bounds how few rows each may
 come from.
+
+A refusal says which settings to change if the run is honest (``REMEDY``): more rows behind each
+value, or, for a public table, the audit off in the client's policy.
 
 The search is vectorised: each detector turns every window of the message into its canonical
 form (as is, sorted, or standardised to mean 0 and std 1; patterns are stored for
@@ -87,6 +96,8 @@ MIN_DISTINCT = 0.5  # sorted runs only for columns at least this fraction of who
 MIN_RESOLUTION_BITS = 20.0  # ... and recorded to at least 2^20 steps across their range
 CHUNK = 1 << 16  # windows canonicalised at once
 EXACT_TOL, AFFINE_TOL = 1e-9, 1e-5
+REMEDY = ("if the run is honest, raise the client's min_rows or the learner's min_instances_slice (each value "
+          "then comes from more rows), or, for a public table, set audit to false in the client's policy")
 
 
 class PrivacyViolation(FedpgmError):
@@ -162,13 +173,26 @@ def chance_bits(rows: np.ndarray, any_order: bool) -> np.ndarray:
 
 
 def shape_bits(windows: np.ndarray) -> np.ndarray:
-    """(n,) information in each window's standardised shape at the affine matching tolerance:
-    the sum over its sorted gaps of log2(1 + gap / AFFINE_TOL). A window of one outlier and five
-    values that differ only in their fourth digit (credit's DebtRatio: one whole-dollar amount
-    among ratios) standardises to (2.236, -0.447 x 5), a shape any list of one large and five
-    close numbers has, however rare each value is in its column."""
-    z = np.sort(standardise(windows), axis=1)
-    return np.log2(1.0 + np.diff(z, axis=1) / AFFINE_TOL).sum(axis=1)
+    """(n,) bits it takes to write each window's shape up to ``a * x + b``, ``windows`` (n, w) as
+    recorded (float64): its values as whole numbers ``k = (x - min) / step``, ``step`` the coarser
+    of the window's own resolution (``window_resolution``) and the affine matching tolerance
+    (``AFFINE_TOL`` of its std: closer values match as equal), divided by their greatest common
+    divisor, in the cheaper of two codes: each number under a universal prior (``1 + 2 log2(1 +
+    k)``: zeros and small numbers are cheap) or all w below the largest (``w log2(max + 1)``); the
+    cheaper of ``x`` and ``-x``. An affine copy of a window has the same whole numbers, so a window
+    whose shape is cheap is matched by honest messages by chance: diamonds is sorted by price, and
+    its prices 6078..6083 are the progression 0..5 (child indices), 5294, 5294, 5296, 5296, 5297,
+    5299 are 0, 0, 2, 2, 3, 5 (a leaf's probabilities, counts over n); a run of two carat values
+    is a list of cluster ids; one whole-dollar amount among five close ratios (credit's
+    DebtRatio) is 1, 0, 0, 0, 0, 0."""
+    if len(windows) == 0:
+        return np.zeros(0)
+    step = np.maximum(window_resolution(windows), AFFINE_TOL * windows.std(axis=1, keepdims=True))
+    k = np.round((windows - windows.min(axis=1, keepdims=True)) / step).astype(np.int64)
+    k //= np.maximum(np.gcd.reduce(k, axis=1), 1)[:, None]
+    top = k.max(axis=1, keepdims=True)
+    each = [(1.0 + 2.0 * np.log2(1.0 + v)).sum(axis=1) for v in (k, top - k)]
+    return np.minimum(np.minimum(*each), windows.shape[1] * np.log2(1.0 + top[:, 0]))
 
 
 def entropy_bits(values: np.ndarray) -> float:
@@ -399,10 +423,11 @@ class ClientPatterns:
             if width > MAX_RUN_WIDTH or len(observed) < width:
                 continue
             win = np.lib.stride_tricks.sliding_window_view(col, width)
+            recorded = np.lib.stride_tricks.sliding_window_view(raw[:, j], width)  # (before float32 rounding)
             info = np.full(len(col), np.nan)
             info[~np.isnan(col)] = self_information(observed)
-            win = win[window_information(info, width, affine=True) >= RUN_BITS]  # (NaN windows drop too)
-            win = win[shape_bits(win) >= RUN_BITS]
+            rich = window_information(info, width, affine=True) >= RUN_BITS  # (NaN windows drop too)
+            win = win[rich][shape_bits(recorded[rich]) >= RUN_BITS]
             pats, what = runs.setdefault(width, ([], []))
             pats.append(win)
             what += [f"{width} consecutive values of column '{f.name}' (or an affine copy)"] * len(win)
@@ -524,4 +549,4 @@ class PrivacyAudit:
         if found:
             where, hit = found
             raise PrivacyViolation(f"client '{client_id}' message '{message.name}' {where} "
-                                   f"contains {hit} of its private data")
+                                   f"contains {hit} of its private data; {REMEDY}")
