@@ -12,7 +12,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation import InProcessFederation, PrivacyAudit, PrivacyViolation
 from fedpgm.federation.base import ClientFailed, ClientFailure
-from fedpgm.fedpc import FedPC, fit_fedpc
+from fedpgm.fedpc import FedPC, defaults, fit_fedpc
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 
@@ -33,7 +33,8 @@ def mixed():
 def test_horizontal_one_client_equals_the_local_circuit(mixed):
     part = partition(mixed, "horizontal", 1, seed=0)
     model = run(part, clusters=1, seed=3)
-    local = LearnSPN(100, 0.3, seed=3).fit(mixed.train, mixed.schema)
+    local = LearnSPN(defaults.min_instances(len(mixed.train)), 0.3, seed=3, min_leaf_rows=10).fit(
+        mixed.train, mixed.schema)  # (the client's auto slice minimum and policy floor)
     np.testing.assert_allclose(model.log_likelihood(mixed.test), local.log_likelihood(mixed.test), rtol=1e-10)
 
 
@@ -41,7 +42,8 @@ def test_horizontal_is_the_size_weighted_mixture_of_client_circuits(mixed):
     part = partition(mixed, "horizontal", 3, seed=1)
     model = run(part, clusters=2, seed=4)
     model.circuit.validate()
-    local = [LearnSPN(100, 0.3, seed=4).fit(c.train, c.schema).log_likelihood(mixed.test) for c in part.clients]
+    local = [LearnSPN(defaults.min_instances(len(c.train)), 0.3, seed=4, min_leaf_rows=10).fit(c.train, c.schema)
+             .log_likelihood(mixed.test) for c in part.clients]  # (each client's auto slice minimum and floor)
     n = np.array([len(c.train) for c in part.clients], float)
     expected = np.logaddexp.reduce(np.stack(local) + np.log(n / n.sum())[:, None], axis=0)
     np.testing.assert_allclose(model.log_likelihood(mixed.test), expected, rtol=1e-10)

@@ -34,15 +34,34 @@ def run_with_progress(ds, settings, out: Path | None):
         return run_fedpc(ds, settings, out)
 
 
+def slice_minimum(value: str) -> int | None:
+    """``--min-instances``: a whole number >= 1, or "auto" (None: each client resolves it)."""
+    if value == "auto":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise FedpgmError(f"--min-instances must be a whole number >= 1 or auto, got {value!r}")
+    return number
+
+
 @fedpc_app.command("fit")
 def fit(
     dataset: str,
     split: Annotated[str, typer.Option(help="horizontal, vertical or hybrid", click_type=one_of("split"))],
     clients: Annotated[int, typer.Option(help="Number of clients K")],
-    clusters: Annotated[int, typer.Option(help="Clusters per single-client subspace")] = 2,
-    glue: Annotated[str, typer.Option(help="random (Algorithm 1), combinatorial (Table 4's runs), or aligned (shares "
-                                           "each row's cluster index, not its data)",
+    clusters: Annotated[Optional[int], typer.Option(
+        help="Clusters per single-client subspace (adapts by default: 1, the plain product of the client "
+             "circuits, for random and combinatorial gluing; 4 for aligned; the paper: 2)",
+        show_default="auto")] = None,
+    glue: Annotated[str, typer.Option(help="random (Algorithm 1, the paper's), combinatorial (Table 4's runs), or "
+                                           "aligned (shares each row's cluster index, not its data)",
                                       click_type=one_of("glue"))] = "random",
+    smoothing: Annotated[Optional[float], typer.Option(
+        help="aligned gluing: pseudo-rows per observed tuple of cluster indices, pulling their co-occurrence "
+             "toward the product of their marginals (0: the counts alone)", show_default="1", min=0.0)] = None,
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
     learner: Annotated[str, typer.Option(help="local learner: learnspn, learnspn-cv (each client chooses its "
                                               "LearnSPN settings on 10% of its rows within --budget-s per circuit), "
@@ -64,8 +83,12 @@ def fit(
     trees: Annotated[Optional[int], typer.Option(help="tree: trees per client; bagging: default 1, each on a "
                                                       "bootstrap resample when above 1; boosting: the most "
                                                       "stages, default 100, early-stopped")] = None,
-    min_instances: Annotated[int, typer.Option(help="LearnSPN: min rows per slice")] = 100,
-    threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold")] = 0.3,
+    min_instances: Annotated[str, typer.Option(
+        help="LearnSPN: min rows per slice, a number (the paper: 100) or auto (adapts: each client takes the "
+             "square root of the rows of each circuit it learns, within 10..100 and at least its policy's "
+             "min_rows)"
+    )] = "auto",
+    threshold: Annotated[float, typer.Option(help="LearnSPN: RDC independence threshold (the paper's)")] = 0.3,
     leaf: Annotated[str, typer.Option(help="continuous leaves: gaussian or histogram",
                                       click_type=one_of("leaf"))] = "gaussian",
     leaf_model: LeafModel = "univariate", alpha: Alpha = 0.1, row_clusters: RowClusters = 2,
@@ -107,12 +130,18 @@ def fit(
     data_dir: DataDir = None, rows: Rows = None, label: Label = None, schema: SchemaFile = None,
     missing: Missing = None, test_size: TestSize = None, keep: Keep = None,
 ) -> None:
-    """Partition DATASET, learn a FedPC in one pass, and report it next to centralized LearnSPN."""
+    """Partition DATASET, learn a FedPC in one pass, and report it next to centralized LearnSPN.
+
+    The paper's defaults: random gluing (Algorithm 1), RDC threshold 0.3.
+    Defaults that adapt (auto): the slice minimum, from the rows of each
+    circuit a client learns (their square root, within 10..100); the clusters per
+    subspace (1 for random and combinatorial gluing: no blind pairing across
+    clients; 4 for aligned, smoothed toward independence). A number fixes
+    either (the paper's: --min-instances 100 --clusters 2)."""
     from fedpgm.fedpc.experiment import FitSettings
     from fedpgm.federation.psi import check_align
 
-    if min_instances < 1:
-        raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
+    slice_min = slice_minimum(min_instances)
     if restarts < 1:
         raise FedpgmError(f"--restarts must be >= 1, got {restarts}")
     check_timeout(timeout)
@@ -123,7 +152,7 @@ def fit(
         raise FedpgmError("--out saves an assembled model; with --placement split the circuits stay at "
                           "the clients, so use --placement server to save one")
     by_learner: dict[str, dict] = {
-        "learnspn": {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "by_label": by_label,
+        "learnspn": {"min_instances_slice": slice_min, "threshold": threshold, "leaf": leaf, "by_label": by_label,
                      "leaf_model": leaf_model, "alpha": alpha, "row_clusters": row_clusters,
                      "em_iterations": em_passes(learner, em_iterations)},
         "learnspn-cv": {"budget_s": budget_s, "leaf": leaf, "by_label": by_label},
@@ -136,7 +165,7 @@ def fit(
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap, regions, band),
                            centralized=not no_centralized, timeout=timeout, min_clients=min_clients,
-                           align=align)
+                           align=align, smoothing=smoothing)
     outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     if learner == "tree":
@@ -247,8 +276,9 @@ def demo() -> None:
     for col in ("federation", "gluing K", "LL cent.", "LL fed.", "accuracy", "rel. time", "sent kB"):
         table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for split, k, opts, glue, clusters in DEMO_SETTINGS:
-        settings = FitSettings(split=split, clients=k, partition=opts, clusters=clusters,
-                               glue="random" if glue == "-" else glue, params={"min_instances_slice": 20})
+        settings = FitSettings(split=split, clients=k, partition=opts, clusters=clusters, smoothing=0.0,
+                               glue="random" if glue == "-" else glue,
+                               params={"min_instances_slice": 20})  # fixed, not adapted
         _, r = run_with_progress(ds, settings, None)
         table.add_row(f"{split} x{k}", glue if glue == "-" else f"{glue} {clusters}",
                       f"{r['centralized_test_loglik']:.3f}", f"{r['test_loglik']:.3f}",

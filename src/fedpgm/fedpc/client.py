@@ -41,6 +41,7 @@ from fedpgm.federation.contract import (NOTHING, Array, Choice, Columns, Contrac
                                         Maybe, Text)
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 from fedpgm.federation.secret import row_tokens
+from fedpgm.fedpc import defaults
 from fedpgm.fedpc.trees import Expert, expert_message
 
 
@@ -76,7 +77,7 @@ PARAMS = Fields({
     "precision": Choice("float32", "float64"), "min_std_fraction": Float(1e-6, 1.0), "by_label": Flag(),
     "min_leaf_rows": Int(1, BIG),
     # learnspn
-    "min_instances_slice": Int(1, BIG), "threshold": Float(0.0, 1.0), "leaf_model": Text(32),
+    "min_instances_slice": Maybe(Int(1, BIG)), "threshold": Float(0.0, 1.0), "leaf_model": Text(32),
     "alpha": Float(0.0, 1e3), "row_clusters": Int(2, 16), "em_iterations": Int(0, 1000),
     "latent_states": Int(1, 64), "em_batch_size": Maybe(Int(1, BIG)),
     # learnspn-cv
@@ -109,10 +110,13 @@ def describe(request: Message, ctx: ClientContext) -> Message:
 
 
 def learn(ctx: ClientContext, names: list[str], rows: np.ndarray, learner: str, params: dict):
+    """The circuit of ``rows`` x ``names``; an auto slice minimum is resolved from those rows
+    (``fedpgm.fedpc.defaults``), at least the client's policy floor."""
     if learner not in ESTIMATORS:
         raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
     schema = ctx.data.schema.select(names)
     whole = ctx.data.train[schema.names]
+    params = defaults.resolve(params, len(rows), ctx.policy.min_rows)
     return ESTIMATORS[learner](**params).fit(whole.iloc[rows], schema, reference=whole).circuit_
 
 
@@ -200,7 +204,7 @@ def fit(request: Message, ctx: ClientContext) -> Message:
         if ctx.state.get(MEMBERSHIPS):  # rows out of their cluster means (453 of 455 values, 62 fits)
             raise PolicyRefusal(f"client '{ctx.client_id}' sends cluster memberships once per run; start a new run")
         ctx.state[MEMBERSHIPS] = True
-    if "min_instances_slice" in params:  # the client's floor, whatever the server asked
+    if params.get("min_instances_slice") is not None:  # the client's floor, whatever the server asked
         params["min_instances_slice"] = ctx.floor("min_instances_slice", params["min_instances_slice"])
     if learner in ("learnspn", "learnspn-cv", "ratspn", "pd"):
         # every leaf parameter (fitted, refitted by EM or trained by Adam, a histogram's edges) is a

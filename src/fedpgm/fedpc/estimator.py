@@ -39,15 +39,15 @@ ESTIMATOR_KEY = "estimator"  # where save() keeps the parameters, in the model's
 class FederatedPC(FederatedEstimator):
     """A federated probabilistic circuit, learned in one pass across the clients.
 
-    Parameters: ``clusters`` per single-client subspace, ``glue`` (random: Algorithm 1;
-    combinatorial; aligned), ``products`` (random gluing), the clients' ``learner`` (learnspn,
-    ratspn, pd) and its ``params``, ``backend``, ``timeout`` per exchange (s), ``min_clients``
-    (horizontal quorum), ``align`` (``"psi"``: private set intersection of the parties' row ids
-    first), ``seed``."""
+    Parameters: ``clusters`` per single-client subspace (None: auto, ``fedpgm.fedpc.defaults``),
+    ``glue`` (random: Algorithm 1; combinatorial; aligned), ``products`` (random gluing), the
+    clients' ``learner`` (learnspn, ratspn, pd) and its ``params``, ``backend``, ``timeout`` per
+    exchange (s), ``min_clients`` (horizontal quorum), ``align`` (``"psi"``: private set
+    intersection of the parties' row ids first), ``seed``."""
 
     _parameter_constraints: dict = {
         **FederatedEstimator._parameter_constraints,
-        "clusters": [Interval(Integral, 1, None, closed="left")],
+        "clusters": [Interval(Integral, 1, None, closed="left"), None],
         "glue": [StrOptions(set(GLUES))],
         "products": [Interval(Integral, 1, None, closed="left"), None],
         "learner": [StrOptions(set(ESTIMATORS))],
@@ -57,7 +57,7 @@ class FederatedPC(FederatedEstimator):
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
     }
 
-    def __init__(self, clusters: int = 2, glue: str = "random", products: int | None = None,
+    def __init__(self, clusters: int | None = None, glue: str = "random", products: int | None = None,
                  learner: str = "learnspn", params: dict | None = None, backend: str = "inprocess",
                  timeout: float = 3600.0, min_clients: int | None = None, align: str = "none",
                  seed: int = 0) -> None:

@@ -30,6 +30,7 @@ from fedpgm.federation import InProcessFederation
 from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
+from fedpgm.fedpc import defaults
 from fedpgm.fedpc.client import warm_up
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.server import fit_fedpc, learner_params
@@ -47,7 +48,7 @@ class FitSettings:
     options, deadlines and quorum, and row alignment."""
     split: str = "horizontal"
     clients: int = 2
-    clusters: int = 2
+    clusters: int | None = None  # None: auto (fedpgm.fedpc.defaults)
     glue: str = "random"
     products: int | None = None
     learner: str = "learnspn"
@@ -60,11 +61,13 @@ class FitSettings:
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
     min_clients: int | None = None  # horizontal: go on with this many clients if others fail
     align: str = "none"  # "psi": private row alignment before the fit (fedpgm.federation.psi)
+    smoothing: float | None = None  # aligned gluing: pseudo-rows per cluster tuple (None: auto)
 
     def fit_args(self) -> dict:
         return {"clusters": self.clusters, "glue_how": self.glue, "products": self.products,
                 "learner": self.learner, "params": self.params, "placement": self.placement,
-                "seed": self.seed, "min_clients": self.min_clients, "align": self.align}
+                "seed": self.seed, "min_clients": self.min_clients, "align": self.align,
+                "smoothing": self.smoothing}
 
 
 # The FedPC paper's Table 4 (App. E.3): LearnSPN (RDC threshold, min_instances_slice) and
@@ -94,8 +97,8 @@ def paper_settings(split: str, dataset: str, base: FitSettings) -> FitSettings:
 def centralized(ds: Dataset, settings: FitSettings):
     """The same learner on the pooled train split, under the clients' thread limits
     (``fedpgm.threads``) and as warm as a client's process (``fedpc.client.warm_up``): (model, CPU
-    seconds)."""
-    params = learner_params(settings.learner, settings.params, settings.seed)
+    seconds). Auto settings are resolved from the pooled rows, as each client does from its own."""
+    params = defaults.resolve(learner_params(settings.learner, settings.params, settings.seed), len(ds.train))
     with one_thread(), private_tempdir("fedpgm-warm-up-") as scratch:
         warm_up(scratch / "warm-up")
         t0 = time.process_time()

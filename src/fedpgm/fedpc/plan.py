@@ -89,13 +89,18 @@ class Plan:
 
 # -- gluing: which alternatives each product takes, and the root weights ----------------------
 def glue(sizes: list[list[int]], how: str, products: int | None, rng: np.random.Generator,
-         cooccurrence: dict[tuple, int] | None = None) -> tuple[list[list[int]], list[float]]:
+         cooccurrence: dict[tuple, int] | None = None, smoothing: float = 0.0) -> tuple[list[list[int]], list[float]]:
     """Products and root weights from the alternatives' training sizes ``sizes[j][a]``.
 
     ``random``: P products (default: the most alternatives of any subspace), every alternative in
     at least one; ``combinatorial``: every combination; both weighted by rho (the summed training
     sizes of a product's children). ``aligned``: the combinations of cluster indices observed on
-    shared rows, weighted by how often (``cooccurrence`` maps a tuple over subspaces to a count).
+    shared rows, weighted by how often (``cooccurrence`` maps a tuple over subspaces to a count),
+    and with ``smoothing`` > 0 one product more, of each subspace's last alternative (the server
+    makes it the mixture of all its clusters, ``server.aligned_mixtures``): the counts smoothed
+    toward the product of their marginals by ``smoothing`` pseudo-rows per observed tuple (T
+    tuples on N rows: weight T s / (N + T s)), so a joint spread thin over many tuples cannot fall
+    far below the clients' independent mixtures.
     """
     most = max(len(s) for s in sizes)
     if how == "random":
@@ -116,7 +121,11 @@ def glue(sizes: list[list[int]], how: str, products: int | None, rng: np.random.
                               "use --glue random")
         keys = sorted(cooccurrence)
         counts = np.array([cooccurrence[k] for k in keys], dtype=float)
-        return [list(map(int, k)) for k in keys], list(counts / counts.sum())
+        chosen = [list(map(int, k)) for k in keys]
+        if smoothing > 0:
+            counts = np.append(counts, smoothing * len(keys))
+            chosen.append([len(s) - 1 for s in sizes])
+        return chosen, list(counts / counts.sum())
     else:
         raise FedpgmError(f"unknown glue '{how}'; use one of {', '.join(GLUES)}")
     rho = np.array([sum(sizes[j][a] for j, a in enumerate(c)) for c in chosen], dtype=float)

@@ -28,16 +28,18 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.psi import align_rows, check_align
 from fedpgm.federation.secret import share_secret
+from fedpgm.fedpc import defaults
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue
 from fedpgm.threads import one_thread
 
 PLACEMENTS = ("server", "split")
-DEFAULT_PARAMS = {"learnspn": {"min_instances_slice": 100, "threshold": 0.3, "leaf": "gaussian"},
-                  "learnspn-cv": {},  # LearnSPNCV's own defaults: 120 s of selection per circuit
-                  "ratspn": {"depth": 2, "repetitions": 4, "n_sums": 4, "n_inputs": 4, "leaf": "gaussian",
-                             "em_iterations": 20},
-                  "pd": {}}  # DensePC's own defaults: the paper's MNIST settings (Table 5)
+# None: auto, resolved by each client from its rows (fedpgm.fedpc.defaults)
+DEFAULT_PARAMS: dict[str, dict] = {
+    "learnspn": {"min_instances_slice": None, "threshold": 0.3, "leaf": "gaussian"},
+    "learnspn-cv": {},  # LearnSPNCV's own defaults: 120 s of selection per circuit
+    "ratspn": {"depth": 2, "repetitions": 4, "n_sums": 4, "n_inputs": 4, "leaf": "gaussian", "em_iterations": 20},
+    "pd": {}}  # DensePC's own defaults: the paper's MNIST settings (Table 5)
 
 
 def global_schema(schemas: dict[str, Schema]) -> Schema:
@@ -67,12 +69,13 @@ def subspaces(schemas: dict[str, Schema], schema: Schema) -> list[tuple[list[str
 
 
 def learner_params(learner: str, params: dict | None, seed: int) -> dict:
-    """The local learner's parameters (defaults filled in), checked by building one."""
+    """The local learner's parameters (defaults filled in; auto ones, None, left for each
+    client to resolve: ``fedpgm.fedpc.defaults``), checked by building one."""
     if learner not in ESTIMATORS:
         raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
     out = {**DEFAULT_PARAMS[learner], **(params or {}), "seed": seed}
     try:
-        ESTIMATORS[learner](**out).check_params()
+        ESTIMATORS[learner](**defaults.resolve(out, 1)).check_params()
     except TypeError as e:
         raise FedpgmError(f"bad parameters for the {learner} learner ({e})") from None
     return out
@@ -92,10 +95,16 @@ def check_alignment(described: dict, spaces) -> None:
 
 
 @one_thread()
-def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", products: int | None = None,
+def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "random", products: int | None = None,
               learner: str = "learnspn", params: dict | None = None, placement: str = "server",
-              seed: int = 0, min_clients: int | None = None, align: str = "none") -> FedPC:
+              seed: int = 0, min_clients: int | None = None, align: str = "none",
+              smoothing: float | None = None) -> FedPC:
     """Learn a federated circuit in one pass (Algorithm 1); see the module doc.
+
+    ``clusters``: per single-client subspace; None: ``defaults.clusters(glue_how)``.
+    ``smoothing``: aligned gluing's pseudo-rows per observed cluster tuple toward the product of
+    the marginals
+    (``plan.glue``; 0: the co-occurrence counts alone); None: ``defaults.SMOOTHING``.
 
     ``align``: "psi" first finds the row ids every party holds by private set intersection and
     fits on those rows (``fedpgm.federation.psi``; ``info["alignment"]``); "none": the parties'
@@ -107,8 +116,11 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
 
     Runs under one-thread limits (``fedpgm.threads``), as every client does, so the server's CPU
     seconds in the critical path count its work, not two thread pools spinning."""
+    clusters = defaults.clusters(glue_how) if clusters is None else clusters
     if clusters < 1:
         raise FedpgmError(f"clusters must be >= 1, got {clusters}")
+    if smoothing is not None and not smoothing >= 0:
+        raise FedpgmError(f"smoothing (pseudo-rows per cluster tuple) must be >= 0, got {smoothing}")
     if glue_how not in GLUES:
         raise FedpgmError(f"unknown glue '{glue_how}'; use one of {', '.join(GLUES)}")
     if placement not in PLACEMENTS:
@@ -172,9 +184,12 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
             c = holders[0]
             keys = [k for k in entries[c] if k.startswith("cluster")]  # (fewer if the client merged small ones)
             alternatives.append([Alternative([add(c, entries[c][k])], [1.0]) for k in keys])
+    smoothing = defaults.SMOOTHING if smoothing is None else smoothing
+    if glue_how == "aligned" and smoothing > 0:
+        aligned_mixtures(alternatives, components, shared_spaces)
     alt_sizes = [[sum(components[i]["n"] for i in a.components) for a in alts] for alts in alternatives]
     cooccurrence = memberships(replies, spaces) if glue_how == "aligned" else None
-    chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), cooccurrence)
+    chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), cooccurrence, smoothing)
     plan = Plan([{"features": names, "clients": holders} for names, holders in spaces], components,
                 alternatives, chosen, weights)
     dense_circuits = [c for c in circuits if isinstance(c, DenseCircuit)]
@@ -184,7 +199,7 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
     server_cpu += time.process_time() - t0
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
     policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
-    info = {"clusters": clusters, "glue": glue_how, "learner": learner, "params": params,
+    info = {"clusters": clusters, "glue": glue_how, "smoothing": smoothing, "learner": learner, "params": params,
             "placement": placement, "plan": plan.describe(),
             "client_seconds": client_seconds, "server_seconds": server_cpu,
             "critical_path_seconds": max(client_seconds.values()) + server_cpu,
@@ -204,6 +219,16 @@ def fit_fedpc(fed: Federation, clusters: int = 2, glue_how: str = "random", prod
         info["n_params"] = sum(c.n_params for c in dense_circuits)
     return FedPC(schema, plan, circuit, info, federation=fed if placement == "split" else None,
                  components=dense_circuits if dense else None)
+
+
+def aligned_mixtures(alternatives: list[list[Alternative]], components: list[dict], shared: set[int]) -> None:
+    """Appends to each single-client subspace's alternatives the mixture of all its cluster
+    circuits, weighted by their rows: the smoothing product of aligned gluing (``plan.glue``)."""
+    for j, alts in enumerate(alternatives):
+        if j not in shared:
+            ids = [a.components[0] for a in alts]
+            n = np.array([components[i]["n"] for i in ids], dtype=float)
+            alts.append(Alternative(ids, list(n / n.sum())))
 
 
 def memberships(replies: dict, spaces) -> dict[tuple, int]:

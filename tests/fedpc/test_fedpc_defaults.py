@@ -1,0 +1,72 @@
+"""FedPC's defaults that adapt (``fedpgm.fedpc.defaults``): a slice minimum from each client's
+rows, and a default gluing never below the plain product of the client circuits."""
+
+import numpy as np
+import pytest
+
+from fedpgm.circuits.estimator import LearnSPN
+from fedpgm.circuits.structure import Sum
+from fedpgm.data import load_dataset, partition
+from fedpgm.federation import InProcessFederation, PrivacyAudit
+from fedpgm.fedpc import FedPC, defaults, fit_fedpc
+from fedpgm.fedpc.plan import glue
+
+HANDLERS = "fedpgm.fedpc.client:HANDLERS"
+
+
+def run(part, **kw) -> FedPC:
+    with InProcessFederation(part, HANDLERS, mode="sequential", audit=PrivacyAudit(part)) as fed:
+        return fit_fedpc(fed, **kw)
+
+
+def test_the_slice_minimum_is_the_square_root_of_the_rows_within_10_and_100():
+    assert [defaults.min_instances(n) for n in (5, 90, 455, 1000, 50_000)] == [10, 10, 21, 32, 100]
+    assert defaults.resolve({"min_instances_slice": None, "threshold": 0.3}, 90, floor=25) == {
+        "min_instances_slice": 25, "threshold": 0.3}
+    assert defaults.resolve({"min_instances_slice": 7}, 90) == {"min_instances_slice": 7}
+    assert defaults.clusters("random") == defaults.clusters("combinatorial") == 1
+    assert defaults.clusters("aligned") == defaults.ALIGNED_CLUSTERS
+
+
+def test_a_small_client_learns_structure_under_the_auto_slice_minimum():
+    """Breast cancer, horizontal x5: about 91 rows per client. The paper's 100 rows per slice
+    leaves every client one product of leaves (the FedPC's only sum is its root over the
+    clients); the auto minimum (10 rows here, sqrt(91) raised to 10) gives each client its own sums, and each client's
+    circuit is LearnSPN with the minimum its rows give."""
+    ds = load_dataset("breast_cancer", seed=0)
+    part = partition(ds, "horizontal", 5, seed=0)
+    fixed = run(part, params={"min_instances_slice": 100})
+    auto = run(part)
+    assert sum(isinstance(n, Sum) for n in fixed.circuit.nodes) == 1
+    assert sum(isinstance(n, Sum) for n in auto.circuit.nodes) > 10
+    assert auto.score(ds.test) > fixed.score(ds.test) + 5  # nats per row
+    local = [LearnSPN(defaults.min_instances(len(c.train)), 0.3, min_leaf_rows=10).fit(c.train, c.schema)
+             for c in part.clients]
+    n = np.array([len(c.train) for c in part.clients], float)
+    mixture = np.logaddexp.reduce(np.stack([m.score_samples(ds.test) for m in local]) + np.log(n / n.sum())[:, None])
+    np.testing.assert_allclose(auto.log_likelihood(ds.test), mixture, rtol=1e-10)
+
+
+def test_the_default_gluing_is_never_below_the_product_of_the_clients():
+    """Asia, vertical x2: random gluing of 2 clusters (the paper's) pairs clusters blind to the rows
+    and falls far below the plain product of the client circuits (K = 1); the defaults (random:
+    that product; aligned: 4 clusters weighted by their co-occurrence, smoothed) do not."""
+    ds = load_dataset("bn:asia", rows=3000, seed=0)
+    part = partition(ds, "vertical", 2, seed=0)
+    product = run(part, clusters=1).score(ds.test)
+    assert run(part, clusters=2).score(ds.test) < product - 1.0
+    assert run(part).score(ds.test) == pytest.approx(product, abs=1e-12)
+    aligned = run(part, glue_how="aligned")
+    assert len(aligned.plan.products) > 1 and aligned.info["smoothing"] == defaults.SMOOTHING
+    assert aligned.score(ds.test) > product + 0.05
+
+
+def test_aligned_gluing_smooths_the_counts_by_a_pseudo_row_per_observed_tuple():
+    """Two single-client subspaces of 2 clusters each, plus (last) each one's mixture of both."""
+    sizes = [[30, 10, 40], [25, 15, 40]]
+    counts = {(0, 0): 30, (1, 1): 8, (1, 0): 2}
+    chosen, weights = glue(sizes, "aligned", None, np.random.default_rng(0), counts, smoothing=1.0)
+    assert chosen == [[0, 0], [1, 0], [1, 1], [2, 2]]
+    np.testing.assert_allclose(weights, np.array([30, 2, 8, 3]) / 43)
+    chosen, weights = glue(sizes, "aligned", None, np.random.default_rng(0), counts, smoothing=0.0)
+    assert chosen == [[0, 0], [1, 0], [1, 1]] and weights == pytest.approx([0.75, 0.05, 0.2])
