@@ -165,11 +165,11 @@ def test_clients_choosing_their_own_learnspn_settings(monkeypatch):
     part = partition(ds, "horizontal", 2, seed=0, scheme="iid")
     for c in part.clients:
         c.policy = ClientPolicy(min_rows=400)
-    model = run(part, clusters=1, learner="learnspn-cv", params={"budget_s": 30})
+    model = run(part, clusters=1, learner="learnspn-cv", params={"budget_s": 600})
     model.circuit.validate()
     assert all(n == ["min_instances_floor raised from 1 to 400 by the client's policy (min_rows)"]
                for n in model.info["client_policy"].values())
-    local = [LearnSPNCV(budget_s=30, min_instances_floor=400, min_leaf_rows=400).fit(c.train, c.schema)
+    local = [LearnSPNCV(budget_s=600, min_instances_floor=400, min_leaf_rows=400).fit(c.train, c.schema)
              for c in part.clients]  # (EM passes are floored at 400 rows too, so the search may keep them)
     chosen = [m.selection_["chosen"] for m in local]
     assert all(c["min_instances_slice"] >= 400 for ch in chosen for c in ch.get("components", [ch]))
