@@ -10,7 +10,7 @@ breast_cancer/digits/wine random by seed (stratified), test 20%      none
 adult                     official adult.data / adult.test           "?" -> NaN, keep
 credit                    random by seed (stratified), test 20%      NaN and 96/98 -> NaN, keep
 debd:NAME                 official train / valid / test files        none
-csv:PATH                  random by seed (stratified), test 20%      keep
+csv:PATH                  random by seed (stratified), test 20%      keep (rows without a label left out)
 ========================  =========================================  ========================
 
 ``--missing impute`` replaces ``keep`` by train medians/modes (``fedpgm.data.dataset.impute``).
@@ -276,5 +276,18 @@ def load_csv(arg: str, options: LoadOptions) -> Dataset:
         raw = drop_id_columns(raw, path, options)
         schema, reasons = infer_schema(raw, options.label)
         how = "inferred: " + "; ".join(f"{k}: {schema[k].kind} ({v})" for k, v in reasons.items())
-    frame = schema.encode(raw, str(path))
+    frame = schema.encode(drop_unlabelled(raw, schema.label, path), str(path))
     return finish(f"csv:{path.name}", frame, schema, options, source=str(path), schema_source=how)
+
+
+def drop_unlabelled(raw: pd.DataFrame, label: str | None, path: Path) -> pd.DataFrame:
+    """The rows of ``raw`` whose ``label`` is known, with a note on stderr for those left out
+    (labels are never imputed; as scikit-learn refuses a missing target, no row keeps one)."""
+    if label is None or label not in raw.columns or not raw[label].isna().any():
+        return raw
+    known = raw[label].notna()
+    if not known.any():
+        raise FedpgmError(f"csv:{path.name}: label column '{label}' has no value at all; choose another --label")
+    print(f"note: csv:{path.name}: {int((~known).sum())} of {len(raw)} rows have no '{label}' and are left out "
+          "(labels are never imputed)", file=sys.stderr)
+    return raw[known]
