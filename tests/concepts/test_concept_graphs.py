@@ -104,3 +104,18 @@ def test_pairs_nobody_observes_keep_their_last_state():
     assert sorted(later.graph.edges()) == [("x", "y"), ("y", "t"), ("z", "t")]
     flipped = aggregate([dag(("y", "x"))], [1], task="t", previous=first)  # a voter on {x, y} decides
     assert flipped.graph.has_edge("y", "x") and not flipped.graph.has_edge("x", "y")
+
+
+def test_a_learned_graph_finds_the_dependencies_and_keeps_the_task_a_sink():
+    from fedpgm.concepts.graphs import learn_graph
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 2, 2000)
+    b = np.where(rng.random(2000) < 0.9, a, 1 - a)  # b copies a 90% of the time
+    y = np.where(rng.random(2000) < 0.9, b, 1 - b)  # the task copies b
+    z = rng.integers(0, 3, 2000)  # unrelated
+    g = learn_graph(np.stack([y, a, b, z], axis=1), ["y", "a", "b", "z"], task="y")
+    assert set(g.nodes()) == {"y", "a", "b", "z"} and nx.is_directed_acyclic_graph(g)
+    skeleton = {frozenset(e) for e in g.edges()}
+    assert skeleton == {frozenset("ab"), frozenset("by")}
+    assert g.out_degree("y") == 0 and g.has_edge("b", "y")  # (y -> b alone scores the same: forbidden)

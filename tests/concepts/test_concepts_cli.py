@@ -25,3 +25,30 @@ def test_fit_intervene_and_bad_input(cli, tmp_path, read_report):
     assert code == 2 and "--lr 0.0" in err and "positive" in err and not (tmp_path / "y.json").exists()
     code, _, err = cli("concepts", "fit", "adult", "--rows", "500")
     assert code == 2 and "bn:NAME" in err
+
+
+def test_fit_and_intervene_on_a_users_concept_table(cli, cancer_table, tmp_path, read_report):
+    csv, manifest = cancer_table
+    report, model = tmp_path / "r.json", tmp_path / "m"
+    code, out, err = cli("concepts", "fit", f"csv:{csv}", "--task", "diagnosis", "--client-concepts", manifest,
+                         "--rounds", "6", "--join-round", "3", "--per-round", "2", "--lr", "0.01",
+                         "--json", report, "--out", model, "--plot", tmp_path / "plots")
+    assert code == 0, err
+    r = read_report(report, "concepts fit")
+    m = r["metrics"]
+    assert r["dataset"] == "csv:cancer.csv" and r["settings"]["clients"] == 4
+    assert r["settings"]["client_concepts"]["hospital-d"] == ["rough", "irregular", "dense", "large"]
+    # the late hospitals bring the concept 'irregular'; the model grows at their join
+    assert r["details"]["joins"][0]["round"] == 3 and "irregular" in r["details"]["joins"][0]["added"]
+    # six rounds: the diagnosis far above the majority class (0.63), the concepts above chance
+    assert m["task_accuracy"] > 0.8 and m["concept_accuracy"] > 0.7 and m["coverage"] == 1.0
+    assert (tmp_path / "plots" / "csv_cancer.csv_cgm_fcm_convergence.png").is_file()
+    code, out, err = cli("concepts", "intervene", model, "--json", tmp_path / "i.json")
+    assert code == 0, err
+    levels = read_report(tmp_path / "i.json", "concepts intervene")["metrics"]["intervention_accuracy"]
+    assert levels[0]["task_accuracy"] == m["intervention_accuracy"][0]["task_accuracy"]  # the same test rows
+    for args, message in [((), "--client-concepts FILE.json"),
+                          (("--client-concepts", manifest, "--rows", "9"), "--rows"),
+                          (("--client-concepts", manifest, "--clients", "3"), "--clients 3 differs")]:
+        code, _, err = cli("concepts", "fit", f"csv:{csv}", "--task", "diagnosis", *args, "--json", tmp_path / "x.json")
+        assert code == 2 and message in err and not (tmp_path / "x.json").exists()

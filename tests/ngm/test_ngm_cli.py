@@ -84,3 +84,28 @@ def test_bad_input_exits_2_and_writes_nothing(cli, fitted, tmp_path):
     code, _, err = cli("ngm", "fit", "breast_cancer", "--skew", "nope=1", "--clients", "1", "--target",
                        "mean_radius", "--json", tmp_path / "r.json")
     assert code == 2 and "names no column" in err and not (tmp_path / "r.json").exists()
+
+
+def test_fit_on_a_users_csv_without_stitching(cli, read_report, tmp_path):
+    """csv: with a text label and missing cells, nothing withheld: the label is the target and the
+    run finishes without a stitching step."""
+    from sklearn.datasets import load_wine
+
+    wine = load_wine(as_frame=True).frame
+    wine["target"] = wine["target"].map({0: "barolo", 1: "grignolino", 2: "barbera"})
+    wine.loc[[3, 40, 77, 120], "alcohol"] = np.nan
+    wine.to_csv(tmp_path / "wine.csv", index=False)
+    code, out, err = cli("ngm", "fit", f"csv:{tmp_path / 'wine.csv'}", "--label", "target", "--epochs", "30",
+                         "--hidden", "24", "--samples-factor", "1", "--json", tmp_path / "r.json")
+    assert code == 0, err
+    assert "no stitching: no client holds a withheld feature" in out
+    r = read_report(tmp_path / "r.json", "ngm fit")
+    assert r["settings"]["targets"] == ["target"] and r["metrics"]["stitched"] == {}
+    assert r["details"]["comparisons"]["stitching_improves"] == {}
+    assert "stitch" not in r["timing"]["wall_seconds"]
+    rows = r["metrics"]["rows"]
+    assert sum(rows[c]["train"] + rows[c]["test"] for c in ("client-0", "client-1", "client-2")) >= 80
+    # three cultivars (majority 0.40): the centralized NGM on ~70 rows is far above it
+    assert r["metrics"]["centralized"]["public-test"]["target"]["precision_micro"] > 0.6
+    code, _, err = cli("ngm", "fit", f"csv:{tmp_path / 'wine.csv'}", "--json", tmp_path / "r2.json")
+    assert code == 2 and "--target (or a --label)" in err

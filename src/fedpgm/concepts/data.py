@@ -5,11 +5,23 @@ Inputs x are the latent code of a small autoencoder (2 encoder + 2 decoder layer
 one-hot concept vector (the task excluded), mixed 50/50 with Gaussian noise and standardised;
 so x carries the concepts' information only partly and through a learned code. Splits 70/10/20
 by seed.
+
+A user's concept-annotated table (``table_concept_data``): input columns, discrete concept
+columns and a task column; a manifest (``read_manifest``) says which concepts each client
+observes. Inputs are the input columns, numeric ones standardised (a missing cell at the mean)
+and categorical ones one-hot; rows missing a concept or the task are left out. With no true
+DAG, the reference DAG (interventions by depth, coverage, DiffPairs: evaluation only, never
+sent to the federation) is learned on all training rows, as the paper's GES proxy for its
+real-world table (``fedpgm.concepts.graphs.learn_graph``).
 """
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -17,7 +29,9 @@ import pandas as pd
 import torch
 from torch import nn
 
+from fedpgm.concepts.graphs import learn_graph
 from fedpgm.data import load_dataset
+from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
 
 ROWS = {"asia": 15_000, "sachs": 15_000, "alarm": 10_000, "insurance": 20_000, "hailfinder": 20_000}
@@ -44,6 +58,11 @@ class ConceptData:
 
     def part(self, which: int) -> np.ndarray:
         return np.flatnonzero(self.split == which)
+
+    @property
+    def dataset(self) -> str:
+        """The dataset name: ``bn:NETWORK``, or the table's own (``csv:FILE``)."""
+        return self.network if ":" in self.network else f"bn:{self.network}"
 
 
 def one_hot(codes: np.ndarray, cards: list[int]) -> np.ndarray:
@@ -125,3 +144,80 @@ def bayes_task_accuracy(data: ConceptData, part: int = 2) -> float:
             index[axis] = np.full(len(rows), list(cpd.state_names[t]).index(state))
             score[:, k] += np.log(cpd.values[tuple(index)] + 1e-300)
     return float((score.argmax(axis=1) == column[t]).mean())
+
+
+CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+MANIFEST_SHAPE = '{"client0": ["concept1", "concept2"], "client1": ["concept2", "concept3"]}'
+
+
+def read_manifest(path: Path) -> dict[str, list[str]]:
+    """Which concept columns each client observes, from a JSON file shaped as ``MANIFEST_SHAPE``;
+    clients in file order (the first half starts, the rest join later)."""
+    where = f"--client-concepts {path}"
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise FedpgmError(f"{where} does not exist; write a JSON file such as {MANIFEST_SHAPE}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FedpgmError(f"{where} is not JSON ({e}); write it as {MANIFEST_SHAPE}") from None
+    if not isinstance(doc, dict) or not all(isinstance(v, list) and all(isinstance(c, str) for c in v)
+                                            for v in doc.values()):
+        raise FedpgmError(f"{where} must map each client to a list of concept columns, e.g. {MANIFEST_SHAPE}")
+    for name, columns in doc.items():
+        if not CLIENT_NAME.fullmatch(name):
+            raise FedpgmError(f"{where}: client name {name!r} must be letters, digits, '_', '.' or '-'; rename it")
+        if not columns:
+            raise FedpgmError(f"{where}: client '{name}' observes no concept; give it at least one concept "
+                              "column or leave it out")
+        if len(set(columns)) != len(columns):
+            raise FedpgmError(f"{where}: client '{name}' lists a concept twice: {columns}")
+    if len(doc) < 2:
+        raise FedpgmError(f"{where} lists {len(doc)} client(s); F-CMs need at least 2 (an initial and a late one)")
+    return doc
+
+
+def table_concept_data(ds: Dataset, task: str, manifest: dict[str, list[str]], inputs: list[str] | None = None,
+                       seed: int = 0) -> ConceptData:
+    """A user's table as concept data (module doc): concepts are the manifest's columns, inputs
+    the given columns (default: every other column), split 70/10/20 by seed."""
+    names = ds.schema.names
+    concepts = list(dict.fromkeys(c for columns in manifest.values() for c in columns))
+    unknown = [c for c in [task, *concepts, *(inputs or [])] if c not in names]
+    if unknown:
+        raise FedpgmError(f"column(s) {unknown} are not in {ds.name}; its columns are {names}")
+    if task in concepts:
+        raise FedpgmError(f"the task '{task}' is listed as a client's concept; every client observes the task, "
+                          "so list concepts only in --client-concepts")
+    inputs = inputs if inputs is not None else [n for n in names if n != task and n not in concepts]
+    hidden = [n for n in inputs if n == task or n in concepts]
+    if hidden:
+        raise FedpgmError(f"--inputs names the concept or task column(s) {hidden}; an input cannot be a label")
+    if not inputs:
+        raise FedpgmError("no input column is left: name the inputs with --inputs, apart from concepts and task")
+    nodes = concepts + [task]
+    for n in nodes:
+        if not ds.schema[n].discrete:
+            raise FedpgmError(f"concept/task column '{n}' is numeric; concepts and the task are categories: "
+                              "threshold it into classes (e.g. 0/1) or mark it categorical in a --schema")
+    frame = pd.concat([ds.train, ds.test]).sort_index()
+    labelled = frame[nodes].notna().all(axis=1)
+    if not labelled.all():
+        print(f"note: {int((~labelled).sum())} row(s) miss a concept or the task and are left out", file=sys.stderr)
+        frame = frame[labelled]
+    if len(frame) < 20:
+        raise FedpgmError(f"{ds.name} has {len(frame)} fully labelled rows; F-CMs need at least 20")
+    codes = frame[nodes].to_numpy(dtype=int)
+    blocks = []
+    for n in inputs:
+        v = frame[n].to_numpy(dtype=float)
+        if ds.schema[n].kind in ("binary", "categorical"):
+            blocks.append(np.eye(ds.schema[n].cardinality, dtype=np.float32)[np.nan_to_num(v, nan=0).astype(int)]
+                          * ~np.isnan(v)[:, None])
+        else:
+            mean, sd = np.nanmean(v), np.nanstd(v)
+            blocks.append(np.nan_to_num((v - mean) / max(sd, 1e-6), nan=0.0)[:, None])
+    x = np.concatenate(blocks, axis=1).astype(np.float32)
+    split = np.random.default_rng(seed).choice(3, size=len(codes), p=[0.7, 0.1, 0.2])
+    dag = learn_graph(codes[split == 0], nodes, task)
+    return ConceptData(ds.name, task, nodes, {n: ds.schema[n].cardinality for n in nodes},
+                       {n: ds.schema[n].states for n in nodes}, codes, x, split, dag)

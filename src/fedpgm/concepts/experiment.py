@@ -6,6 +6,11 @@ bring concepts and edges unseen before; together the late clients cover every no
 ``r`` of clients gets its graph perturbed on a fraction ``p`` of edges. The training rows are
 split into K disjoint parts; each keeps labels only for its subgraph's nodes.
 
+On a user's table (``FCMSettings.client_concepts``, ``fedpgm.concepts.data.table_concept_data``)
+the clients are the manifest's: each observes its listed concepts and the task, learns its
+concept graph from its own rows, and the first half of the manifest starts while the rest join
+at ``join_round``; the training rows are split among them as above.
+
 Late clients from a shifted distribution (``late_shift`` = s > 0; the paper's late clients may
 bring "data from new distributions"): the late clients' rows are drawn from the training rows
 with weights prod_r q_r(x_r) / p_r(x_r) over the network's root nodes r (the task excluded),
@@ -28,13 +33,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import numpy as np
 import pandas as pd
 
 from fedpgm.concepts.data import ConceptData, make_concept_data
 from fedpgm.concepts.federation import (GRAPH, HANDLERS_PATH, X_PREFIX, RoundSettings, run_rounds,
                                         split_table, train_alone)
-from fedpgm.concepts.graphs import (aggregate, client_subgraphs, diff_pairs, from_edge_list, perturb,
+from fedpgm.concepts.graphs import (aggregate, client_subgraphs, diff_pairs, from_edge_list, learn_graph, perturb,
                                    to_edge_list)
 from fedpgm.concepts.models import ConceptModel, load_model, save_model
 from fedpgm.concepts.privacy import DP_SCOPES
@@ -64,6 +70,7 @@ class FCMSettings:
     backend: str = "inprocess"  # "flower": a loopback deployment, one SuperNode per client; "simulation"
     centralized_graph: str = "aggregated"  # "true": the centralized baseline on the network's DAG (the paper)
     late_shift: float = 0.0  # s in [0, 1]: late clients' rows from shifted root priors (module doc)
+    client_concepts: dict[str, list[str]] | None = None  # a user's table: each client's concept columns
     rounds: RoundSettings = field(default_factory=RoundSettings)
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
 
@@ -95,20 +102,31 @@ def shift_weights(d: ConceptData, rows: np.ndarray, shift: float, rng: np.random
     return w
 
 
+def perturb_some(graphs: list[nx.DiGraph], s: FCMSettings, rng: np.random.Generator, task: str) -> list[nx.DiGraph]:
+    """Each graph perturbed (a fraction ``perturbed_edges`` of its edges) with probability ``perturbed_clients``."""
+    perturbed = rng.random(len(graphs)) < s.perturbed_clients
+    return [perturb(g, s.perturbed_edges, rng, task) if p else g for g, p in zip(graphs, perturbed)]
+
+
 def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ClientData], list[str], list[str]]:
-    """(clients, initial ids, late ids)."""
+    """(clients, initial ids, late ids). With ``client_concepts`` (a user's table) the clients are
+    the manifest's, in its order, and each learns its graph over its concepts and the task from
+    its own rows (``learn_graph``); otherwise they are subgraphs of the network (module doc)."""
     rng = np.random.default_rng(s.rounds.seed)
     k = s.clients
     if k < 2:
         raise FedpgmError(f"--clients {k}: F-CMs need at least 2 clients (an initial and a late one)")
-    concepts = d.concepts
-    held = set(rng.choice(concepts, size=int(round(s.held_back * len(concepts))), replace=False).tolist())
+    manifest = s.client_concepts
+    if manifest is not None and len(manifest) != k:
+        raise FedpgmError(f"--clients {k} differs from the {len(manifest)} clients of --client-concepts; "
+                          "leave --clients out")
     k0 = k // 2
-    first = client_subgraphs(d.dag.subgraph(set(d.nodes) - held).copy(), d.task, k0, rng)
-    rest = client_subgraphs(d.dag, d.task, k - k0, rng)
-    graphs = first + rest
-    perturbed = rng.random(k) < s.perturbed_clients
-    graphs = [perturb(g, s.perturbed_edges, rng, d.task) if p else g for g, p in zip(graphs, perturbed)]
+    if manifest is None:
+        concepts = d.concepts
+        held = set(rng.choice(concepts, size=int(round(s.held_back * len(concepts))), replace=False).tolist())
+        first = client_subgraphs(d.dag.subgraph(set(d.nodes) - held).copy(), d.task, k0, rng)
+        rest = client_subgraphs(d.dag, d.task, k - k0, rng)
+        graphs = perturb_some(first + rest, s, rng, d.task)
     if not 0.0 <= s.late_shift <= 1.0:
         raise FedpgmError(f"late_shift must lie in [0, 1], got {s.late_shift}")
     train = d.part(0)
@@ -120,9 +138,16 @@ def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ClientData], list
         parts = np.array_split(early_rows, k0) + np.array_split(late_rows, k - k0)
     else:
         parts = np.array_split(rng.permutation(train), k)
+    if manifest is not None:
+        graphs = []
+        for observed, rows in zip(manifest.values(), parts):
+            nodes = [n for n in d.nodes if n in observed or n == d.task]
+            graphs.append(learn_graph(d.codes[rows][:, [d.nodes.index(n) for n in nodes]], nodes, d.task))
+        graphs = perturb_some(graphs, s, rng, d.task)
+    names = list(manifest) if manifest is not None else [f"client-{i}" for i in range(k)]
     feats = [Feature(f"{X_PREFIX}{j}", "continuous") for j in range(d.x.shape[1])]
     clients = []
-    for i, (g, rows) in enumerate(zip(graphs, parts)):
+    for name, g, rows in zip(names, graphs, parts):
         nodes = [n for n in d.nodes if n in g]
         schema = Schema(tuple(feats) + tuple(Feature(n, "binary" if d.cards[n] == 2 else "categorical",
                                                      d.states[n]) for n in nodes))
@@ -130,7 +155,7 @@ def make_clients(d: ConceptData, s: FCMSettings) -> tuple[list[ClientData], list
         for n in nodes:
             table[n] = d.codes[np.sort(rows), d.nodes.index(n)].astype(float)
         table.index = pd.Index(np.sort(rows), name="row_id")
-        clients.append(ClientData(f"client-{i}", schema, table, meta={GRAPH: to_edge_list(g)}))
+        clients.append(ClientData(name, schema, table, meta={GRAPH: to_edge_list(g)}))
     ids = [c.client_id for c in clients]
     return clients, ids[:k0], ids[k0:]
 
@@ -149,7 +174,7 @@ def federation_of(d: ConceptData, s: FCMSettings) -> tuple[Partition, list[str],
     ids, validation rows, test rows)."""
     clients, _, late = make_clients(d, s)
     full = Schema(tuple({f.name: f for c in clients for f in c.schema.features}.values()), d.task)
-    return Partition("hybrid", full, clients, dataset=f"bn:{d.network}"), late, rows_of(d, 1), rows_of(d, 2)
+    return Partition("hybrid", full, clients, dataset=d.dataset), late, rows_of(d, 1), rows_of(d, 2)
 
 
 def test_metrics(model: ConceptModel, d: ConceptData) -> dict:
@@ -198,7 +223,7 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     if r.regime in ("static", "fcm", "reinit"):
         if s.backend != "inprocess":
             out = run_flower(clients, initial, late, d.cards, d.task, int(d.x.shape[1]), val, r, s.timeout,
-                             simulation=s.backend == "simulation", dataset=f"bn:{d.network}")
+                             simulation=s.backend == "simulation", dataset=d.dataset)
         else:
             audit = PrivacyAudit.beside_policies(clients)
             # one worker process per client, one thread each (as FedPC's): an asia F-CM run of 30

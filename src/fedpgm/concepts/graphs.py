@@ -14,6 +14,8 @@
   sampled). Edges leaving the task are dropped, then cycles are removed by repeatedly deleting
   the weakest edge (lowest vote share) on a cycle. The log of removed edges is returned.
 - ``diff_pairs``: pairs of nodes whose ancestor relation differs between two DAGs.
+- ``learn_graph``: a DAG learned from concept and task codes (hill climbing on BIC, the task a
+  sink): a client's graph on a user's table, where no network gives one.
 """
 
 from __future__ import annotations
@@ -217,4 +219,26 @@ def from_edge_list(doc: dict, known: set | None = None, who: str = "graph") -> n
             raise FedpgmError(f"{who}: edge {e} names a node not in its node list")
         g.add_edge(*e)
     check_client_graph(g, known, who)
+    return g
+
+
+def learn_graph(codes: np.ndarray, nodes: list[str], task: str, max_indegree: int = 3) -> nx.DiGraph:
+    """A DAG over ``nodes`` learned from their codes (rows, nodes) by pgmpy's hill climbing on the
+    BIC score, every edge out of the task forbidden (the task stays a sink)."""
+    import warnings
+
+    import pandas as pd
+
+    with warnings.catch_warnings():  # pgmpy 1.1 warns about its own deprecations on import
+        warnings.simplefilter("ignore")
+        from pgmpy.causal_discovery import ExpertKnowledge
+        from pgmpy.estimators import BIC, HillClimbSearch  # pgmpy's import is slow: only when used
+
+        table = pd.DataFrame(codes.astype(str), columns=nodes)
+        forbidden = ExpertKnowledge(forbidden_edges=[(task, n) for n in nodes if n != task])
+        dag = HillClimbSearch(table).estimate(scoring_method=BIC(table), max_indegree=max_indegree,
+                                               expert_knowledge=forbidden, show_progress=False)
+    g = nx.DiGraph()
+    g.add_nodes_from(nodes)
+    g.add_edges_from(dag.edges())
     return g

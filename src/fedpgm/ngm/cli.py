@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from fedpgm.cli_common import (DataDir, Force, Seed, Timeout, check_timeout, console, finish, prepare_outputs,
-                               one_of, stages, write_table)
+from fedpgm.cli_common import (DataDir, Force, Keep, Label, Missing, SchemaFile, Seed, Timeout, check_timeout, console,
+                               finish, prepare_outputs, one_of, stages, write_table)
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 
@@ -27,7 +27,7 @@ def fit(
     withhold: Annotated[Optional[list[str]], typer.Option(help="One feature per client, held only by it "
                                                                "(stitching adds it back)")] = None,
     target: Annotated[Optional[list[str]], typer.Option(help="Targets to evaluate (all other features "
-                                                             "observed)")] = None,
+                                                             "observed; default: the --label)")] = None,
     public_fraction: Annotated[float, typer.Option(help="Share of rows made public (half of them "
                                                         "public-train, half public-test)")] = 0.5,
     graph: Annotated[str, typer.Option(help="glasso, bn (pgmpy, moralised) or ngr (revealed)",
@@ -45,20 +45,26 @@ def fit(
     timeout: Timeout = 3600.0,
     seed: Seed = 0,
     data_dir: DataDir = None,
+    label: Label = None,
+    schema: SchemaFile = None,
+    missing: Missing = None,
+    keep: Keep = None,
     json_out: JsonOut = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Folder for the graph plots (PNG)")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Save the global NGM here")] = None,
     force: Force = False,
 ) -> None:
-    """Run FedNGM on DATASET (e.g. adult): client graphs and NGMs, merged graph, global NGM from
-    samples, stitching; every model on every client's test set and on public-test."""
+    """Run FedNGM on DATASET (e.g. adult, or csv:FILE --label COLUMN): client graphs and NGMs, merged
+    graph, global NGM from samples, stitching where a feature is withheld; every model on every
+    client's test set and on public-test."""
     from dataclasses import asdict
 
     from fedpgm.files import check_output_folder
     from fedpgm.ngm.experiment import ADULT_DEFAULTS, ExperimentSettings, run_ngm
     from fedpgm.ngm.model import NGMSettings
 
-    defaults = ADULT_DEFAULTS if dataset == "adult" else {"skew": [], "withhold": [], "targets": []}
+    defaults = ADULT_DEFAULTS if dataset == "adult" else {"skew": [], "withhold": [],
+                                                          "targets": [label] if label else []}
     settings = ExperimentSettings(
         dataset=dataset, clients=clients, skew=skew if skew is not None else defaults["skew"][:clients],
         withhold=withhold if withhold is not None else defaults["withhold"][:clients],
@@ -67,9 +73,10 @@ def fit(
         gibbs_sweeps=gibbs_sweeps, soft_targets=soft,
         ngm=NGMSettings(epochs=epochs, hidden=hidden, lam=lam, seed=seed,
                         revealer=graph == "ngr", sparsity=sparsity),
-        seed=seed, data_dir=str(data_dir) if data_dir else None, timeout=check_timeout(timeout))
+        seed=seed, data_dir=str(data_dir) if data_dir else None, label=label,
+        schema=str(schema) if schema else None, missing=missing, keep=keep or [], timeout=check_timeout(timeout))
     if not settings.targets:
-        raise FedpgmError(f"name at least one --target for {dataset}")
+        raise FedpgmError(f"name at least one --target (or a --label) for {dataset}")
     outputs = prepare_outputs(out, force, json=json_out)
     check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
     with outputs, stages(f"FedNGM on {dataset}, {clients} clients") as update:
@@ -113,9 +120,12 @@ def print_report(report: dict) -> None:
     c = report["comparisons"]
     console.print("global beats mean client on public-test: " + ", ".join(
         f"{y} {'yes' if v['holds'] else 'no'}" for y, v in c["global_beats_mean_client_on_public"].items()))
-    console.print("stitching improves: " + "; ".join(
-        f"{client} " + ", ".join(f"{y} {'yes' if v['holds'] else 'no'}" for y, v in by.items())
-        for client, by in c["stitching_improves"].items()))
+    if c["stitching_improves"]:
+        console.print("stitching improves: " + "; ".join(
+            f"{client} " + ", ".join(f"{y} {'yes' if v['holds'] else 'no'}" for y, v in by.items())
+            for client, by in c["stitching_improves"].items()))
+    else:
+        console.print("no stitching: no client holds a withheld feature (--withhold FEATURE, one per client)")
     console.print(f"bytes up {report['bytes_up']:,}, down {report['bytes_down']:,}; "
                   f"wall {report['wall_seconds']['total']:.1f} s")
 

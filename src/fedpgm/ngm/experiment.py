@@ -11,7 +11,8 @@ features plus its withheld one (the feature stitching adds back).
 ``run_ngm(settings)`` runs FedNGM through the runtime (privacy audit on), trains the global NGM
 on samples only and on samples plus public-train, a centralized NGM on the pooled client rows,
 stitches each client, and reports each model's metrics on each client's test set and on
-public-test for the targets, with the paper's comparisons and wall times.
+public-test for the targets, with the paper's comparisons and wall times. Only the clients
+that hold a withheld feature stitch; with nothing withheld the report has no stitching.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class ExperimentSettings:
     ngm: NGMSettings = field(default_factory=NGMSettings)
     seed: int = 0
     data_dir: str | None = None
+    label: str | None = None  # csv: (and bn:) load options, as ``fedpc fit`` takes them
+    schema: str | None = None
+    missing: str | None = None
+    keep: list[str] = field(default_factory=list)
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
 
 
@@ -95,7 +100,8 @@ def skew_mask(frame: pd.DataFrame, ds: Dataset, spec: str) -> np.ndarray:
 
 def build_federation(s: ExperimentSettings) -> tuple[Dataset, pd.DataFrame, pd.DataFrame, list[ClientData], list[str]]:
     """(dataset, public_train, public_test, clients, shared features); see the module doc."""
-    ds = load_dataset(s.dataset, seed=s.seed, **({"data_dir": s.data_dir} if s.data_dir else {}))
+    options = {"data_dir": s.data_dir, "label": s.label, "schema": s.schema, "missing": s.missing}
+    ds = load_dataset(s.dataset, seed=s.seed, keep=s.keep, **{k: v for k, v in options.items() if v is not None})
     if s.clients < 1:
         raise FedpgmError(f"--clients {s.clients} must be >= 1")
     if not 0 < s.public_fraction < 1:
@@ -211,11 +217,14 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
             report["wall_seconds"] = times
             return None, report
         global_model = result.global_model
-        say("stitching each client's withheld feature")
-        t = time.perf_counter()
-        replies = fed.broadcast("stitch", config={"targets": s.targets}).require_all()
-        stitched = {c: m.config["metrics"] for c, m in replies.items()}
-        times["stitch"] = time.perf_counter() - t
+        stitched = {}
+        holders = [c.client_id for c in clients[:len(s.withhold)]]  # client k holds withheld feature k
+        if holders:  # stitching adds a withheld feature back: none withheld, nothing to stitch
+            say("stitching each client's withheld feature")
+            t = time.perf_counter()
+            replies = fed.broadcast("stitch", config={"targets": s.targets}, clients=holders).require_all()
+            stitched = {c: m.config["metrics"] for c, m in replies.items()}
+            times["stitch"] = time.perf_counter() - t
         report["privacy_audit_messages"] = audit.checked
         report["bytes_up"], report["bytes_down"] = fed.ledger.totals()["bytes_up"], fed.ledger.totals()["bytes_down"]
     say("global NGM on samples + public-train; centralized NGM")
