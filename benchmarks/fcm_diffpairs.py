@@ -5,7 +5,7 @@ fraction p of its edges flipped, removed or replaced; the server aggregates all 
 (weighted vote by data size, cycles removed). DiffPairs (pairs whose ancestor relation differs
 from the true DAG), its normalised form and the reversals, mean +- std over seeds.
 
-    python benchmarks/fcm_diffpairs.py --networks asia alarm --seeds 5 --out docs/fcm_diffpairs.json
+    python benchmarks/fcm_diffpairs.py --networks asia alarm --seeds 5 --out results/fcm_diffpairs.json
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """F-CM Fig. 3: convergence when clients join (F-CM vs static vs re-init) and the share of
 parameters each join changes.
 
-    python benchmarks/fcm_joins.py --network asia --model cgm --out docs/fcm_joins.json
+    python benchmarks/fcm_joins.py --network asia --model cgm --out results/fcm_joins.json
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ fixed, 10 clients per round (all of them when K = 10), the late half joining as 
 ``--lrs``: Adam learning rates to try (the paper tunes it per dataset and model on validation
 data); each run keeps the one whose best validation task loss is lowest and reports it as ``lr``.
 
-    python benchmarks/fcm_sensitivity.py --vary dp --network asia --out docs/fcm_dp_asia.json
-    python benchmarks/fcm_sensitivity.py --vary clients --network asia --out docs/fcm_clients_asia.json
+    python benchmarks/fcm_sensitivity.py --vary dp --network asia --out results/fcm_dp_asia.json
+    python benchmarks/fcm_sensitivity.py --vary clients --network asia --out results/fcm_clients_asia.json
     python benchmarks/fcm_sensitivity.py --vary dp --dp-scope update --lrs 0.001 0.01 --out dp.json
 """
 

@@ -17,7 +17,7 @@ clients, the centralized baseline on the true DAG, late clients from shifted roo
 ``--protocol project`` (default) with this project's (graph aggregated at round 1 and at the
 join over every joined client, centralized on that graph, no shift). The report records which.
 
-    python benchmarks/fcm_table1.py --networks asia sachs --seeds 1 --out docs/fcm_table1.json
+    python benchmarks/fcm_table1.py --networks asia sachs --seeds 1 --out results/fcm_table1.json
 """
 
 from __future__ import annotations

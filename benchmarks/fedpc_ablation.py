@@ -9,7 +9,7 @@ gluing (aligned gluing, which learns which clusters co-occur), the number of clu
 slice minimum? Prints JSON (mean +- std over seeds, gap in nats/row, which no change of units
 alters) and writes a PNG beside it.
 
-    python benchmarks/fedpc_ablation.py --dataset breast_cancer --seeds 5 --out docs/fedpc_ablation_cancer.json
+    python benchmarks/fedpc_ablation.py --dataset breast_cancer --seeds 5 --out results/fedpc_ablation_cancer.json
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ since SplitNN's 20 epochs over 120,000 rows take hours here). Accuracy, F1 of th
 class, macro-F1 and measured bytes; mean +- std over seeds. Writes a PNG of bytes beside the JSON.
 
     python benchmarks/fedpc_classification.py --datasets breast_cancer --min-instances 20 \
-        --seeds 3 --out docs/fedpc_classification_cancer.json
+        --seeds 3 --out results/fedpc_classification_cancer.json
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ k-means with K = 2 on its own columns and one LearnSPN per cluster; horizontal, 
 its rows). The counters wrap ``fedpgm.circuits.learnspn.rdc_matrix`` and
 ``LearnSPNBuilder.cluster`` for the run (a profiling harness; the learner is unchanged). Prints JSON.
 
-    python benchmarks/fedpc_client_work.py --split vertical --seeds 3 --out docs/fedpc_vertical_work.json
+    python benchmarks/fedpc_client_work.py --split vertical --seeds 3 --out results/fedpc_vertical_work.json
     python benchmarks/fedpc_client_work.py --split horizontal --datasets adult,credit --seeds 3 \
-        --out docs/fedpc_horizontal_work.json
+        --out results/fedpc_horizontal_work.json
 
 ``--peer spflow`` (the paper's learner, SPFlow 1.1.0, an optional extra) repeats the learner's
 steps with both libraries on the same numbers: every column standardised on the table that
@@ -25,7 +25,7 @@ per library: how much of the ratio the learner's fixed costs set. (No client pol
 here: SPFlow has no ``min_leaf_rows``.)
 
     python benchmarks/fedpc_client_work.py --split vertical --datasets breast_cancer --seeds 3 \
-        --peer spflow --out docs/fedpc_vertical_work_spflow.json
+        --peer spflow --out results/fedpc_vertical_work_spflow.json
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ log-likelihood of the data with continuous columns divided by their train-split 
 the paper reports (its features are standardised), i.e. the raw value plus ``standardizing_shift``
 = sum of log(train std) over continuous columns.
 
-    python benchmarks/fedpc_density.py --seeds 5 --out docs/fedpc_density.json
-    python benchmarks/fedpc_density.py --protocol paper --seeds 5 --out docs/fedpc_density_paper.json
+    python benchmarks/fedpc_density.py --seeds 5 --out results/fedpc_density.json
+    python benchmarks/fedpc_density.py --protocol paper --seeds 5 --out results/fedpc_density_paper.json
     python benchmarks/fedpc_density.py --datasets adult,credit --seeds 1 --select 30 \
-        --out docs/fedpc_density_select.json
+        --out results/fedpc_density_select.json
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ split, i.e. with data exchange allowed. With ``--restarts R`` both sides keep th
 initialisations by training log-likelihood (each client's RAT-SPN per cluster; the whole
 assembled circuit for EM). Mean +- std test log-likelihood over seeds.
 
-    python benchmarks/fedpc_em.py --seeds 3 --em-iterations 20 --out docs/fedpc_em.json
-    python benchmarks/fedpc_em.py --seeds 3 --em-iterations 20 --glue aligned --restarts 3 --out docs/fedpc_em_aligned.json
+    python benchmarks/fedpc_em.py --seeds 3 --em-iterations 20 --out results/fedpc_em.json
+    python benchmarks/fedpc_em.py --seeds 3 --em-iterations 20 --glue aligned --restarts 3 --out results/fedpc_em_aligned.json
 """
 
 from __future__ import annotations

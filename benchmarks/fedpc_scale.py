@@ -2,7 +2,7 @@
 horizontal clients, in-process. Reports wall time, critical path, test log-likelihood and
 peak resident memory of the server and of the largest client process.
 
-    python benchmarks/fedpc_scale.py --out docs/fedpc_scale.json
+    python benchmarks/fedpc_scale.py --out results/fedpc_scale.json
 """
 
 from __future__ import annotations

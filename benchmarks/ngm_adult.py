@@ -9,8 +9,8 @@ global NGM from samples only and from samples + public-train, a centralized NGM 
 client rows; stitching per client. Mean +- std over seeds of the primary metric per model,
 test set and target, the paper's comparisons per seed, wall times. PNG beside the JSON.
 
-    python benchmarks/ngm_adult.py --seeds 3 --out docs/ngm_adult_default.json   # soft, 3x samples
-    python benchmarks/ngm_adult.py --seeds 3 --hard --samples-factor 1 --out docs/ngm_adult.json
+    python benchmarks/ngm_adult.py --seeds 3 --out results/ngm_adult_default.json   # soft, 3x samples
+    python benchmarks/ngm_adult.py --seeds 3 --hard --samples-factor 1 --out results/ngm_adult.json
 """
 
 from __future__ import annotations
