@@ -1,8 +1,11 @@
-"""Shared fixtures: the real-data folder (tests that need it skip when it is absent)."""
+"""Shared fixtures: the real-data folder (tests that need it skip when it is absent), the CLI,
+reports, and image folders written in MNIST's IDX format."""
 
+import gzip
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -51,3 +54,38 @@ def read_report():
         return report
 
     return read
+
+
+def idx(values: np.ndarray, magic: int) -> bytes:
+    head = magic.to_bytes(4, "big") + b"".join(int(s).to_bytes(4, "big") for s in values.shape)
+    return head + values.astype(np.uint8).tobytes()
+
+
+def write_mnist(folder, n_train=30, n_test=10, shape=(4, 5), zipped=True, seed=0):
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {}
+    for part, n in (("train", n_train), ("t10k", n_test)):
+        x = rng.integers(0, 256, (n, *shape))
+        y = rng.integers(0, 10, n)
+        data[part] = (x, y)
+        for stem, arr, magic in ((f"{part}-images-idx3-ubyte", x, 0x803), (f"{part}-labels-idx1-ubyte", y, 0x801)):
+            raw = idx(arr, magic)
+            if zipped:
+                (folder / (stem + ".gz")).write_bytes(gzip.compress(raw))
+            else:
+                (folder / stem).write_bytes(raw)
+    return data
+
+
+@pytest.fixture
+def idx_bytes():
+    """``idx_bytes(values, magic)``: an array as the bytes of an IDX file."""
+    return idx
+
+
+@pytest.fixture(name="write_mnist")
+def write_mnist_fixture():
+    """``write_mnist(folder, n_train=30, n_test=10, shape=(4, 5), zipped=True, seed=0)``: a folder
+    of random MNIST-format images and labels; returns {part: (images, labels)}."""
+    return write_mnist

@@ -105,8 +105,7 @@ def test_pc_fit_dense_bad_input(cli, tmp_path, args, message):
     assert not (tmp_path / "m").exists() and not (tmp_path / "r.json").exists()
 
 
-def test_pc_inpaint_refuses_other_images(cli, tmp_path):
-    from tests.data.test_images import write_mnist
+def test_pc_inpaint_refuses_other_images(cli, tmp_path, write_mnist):
     write_mnist(tmp_path / "mn", shape=(8, 8))
     (tmp_path / "mn" / "t10k-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b" + b"broken")
     code, _, err = cli("pc", "fit", f"mnist:{tmp_path / 'mn'}", "--learner", "pd", "--out", str(tmp_path / "x"))

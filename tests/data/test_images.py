@@ -1,7 +1,5 @@
 """Images as tables: IDX files, the MNIST loaders, splits by image region, hidden pixels."""
 
-import gzip
-
 import numpy as np
 import pytest
 
@@ -10,30 +8,8 @@ from fedpgm.data.images import hide_pixels, layout, levels, read_idx, region_gro
 from fedpgm.errors import FedpgmError
 
 
-def idx(values: np.ndarray, magic: int) -> bytes:
-    head = magic.to_bytes(4, "big") + b"".join(int(s).to_bytes(4, "big") for s in values.shape)
-    return head + values.astype(np.uint8).tobytes()
-
-
-def write_mnist(folder, n_train=30, n_test=10, shape=(4, 5), zipped=True, seed=0):
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    data = {}
-    for part, n in (("train", n_train), ("t10k", n_test)):
-        x = rng.integers(0, 256, (n, *shape))
-        y = rng.integers(0, 10, n)
-        data[part] = (x, y)
-        for stem, arr, magic in ((f"{part}-images-idx3-ubyte", x, 0x803), (f"{part}-labels-idx1-ubyte", y, 0x801)):
-            raw = idx(arr, magic)
-            if zipped:
-                (folder / (stem + ".gz")).write_bytes(gzip.compress(raw))
-            else:
-                (folder / stem).write_bytes(raw)
-    return data
-
-
 @pytest.mark.parametrize("zipped", [True, False])
-def test_mnist_folder_reads_idx_exactly(tmp_path, zipped):
+def test_mnist_folder_reads_idx_exactly(tmp_path, zipped, write_mnist):
     data = write_mnist(tmp_path / "m", zipped=zipped)
     ds = load_dataset(f"mnist:{tmp_path / 'm'}")
     assert ds.train.shape == (30, 21) and ds.test.shape == (10, 21) and ds.schema.label == "target"
@@ -44,12 +20,12 @@ def test_mnist_folder_reads_idx_exactly(tmp_path, zipped):
     assert len(load_dataset(f"mnist:{tmp_path / 'm'}", rows=7).train) == 7
 
 
-def test_idx_errors(tmp_path):
-    good = idx(np.zeros((3, 2, 2)), 0x803)
+def test_idx_errors(tmp_path, idx_bytes):
+    good = idx_bytes(np.zeros((3, 2, 2)), 0x803)
     (tmp_path / "a").write_bytes(good[:-1])
     with pytest.raises(FedpgmError, match="truncated or corrupt"):
         read_idx(tmp_path / "a", 0x803)
-    (tmp_path / "b").write_bytes(idx(np.zeros(3), 0x801))
+    (tmp_path / "b").write_bytes(idx_bytes(np.zeros(3), 0x801))
     with pytest.raises(FedpgmError, match="magic number 0x801, expected 0x803"):
         read_idx(tmp_path / "b", 0x803)
     (tmp_path / "c").write_bytes(b"\x00\x00")
