@@ -336,3 +336,78 @@ def test_progressions_probabilities_and_cluster_ids_are_not_copies_of_a_sorted_c
     price = client.train["price"].to_numpy()
     from fedpgm.federation.privacy import shape_bits
     assert shape_bits(price[None, 6000:6006]) < 48 <= shape_bits(depth[None, 6000:6012])
+
+
+# -- the last audit refusals of honest default runs on the corpus of issue 50 -----------------
+
+def one_column(name: str, values: np.ndarray):
+    import pandas as pd
+    from fedpgm.data.partition import ClientData
+    from fedpgm.data.schema import Feature, Schema
+    return ClientData("c", Schema((Feature(name, "continuous"),)), pd.DataFrame({name: values}))
+
+
+def test_a_column_stored_through_float32_is_read_at_its_decimals():
+    """InstInnovation's employment, thousands to 3 decimals, went through float32 (0.1230000149,
+    0.1240000102, ...): read to 16 digits, its sorted run 0.123..0.128 carried 109 bits and was
+    found, up to scale and shift, in a fit's child indices 1..17 (refused, every split). Its runs
+    (scaled) and exact sorted copies are still caught."""
+    rng = np.random.default_rng(6)
+    thousands = np.round(rng.lognormal(0, 2, 1666), 3)
+    employment = (thousands.astype(np.float32) * np.float32(1000)).astype(np.float64) / 1000  # off by ~2^-23
+    client = one_column("employment", employment)
+    audit = PrivacyAudit([client])
+    audit.check("c", Message("fit", config={"nodes": [{"type": "product", "children": list(range(1, 18))}]}))
+    with pytest.raises(PrivacyViolation, match="consecutive values of column 'employment'"):
+        audit.check("c", Message("fit", {"w": employment[100:110] * 7 - 2}))
+    with pytest.raises(PrivacyViolation, match="consecutive sorted values of column 'employment' of"):
+        audit.check("c", Message("fit", {"w": np.unique(employment)[600:640]}))
+
+
+def test_a_row_of_small_numbers_is_not_found_in_a_circuits_child_indices():
+    """acs12's row (60 hours, age 51, 1 minute to work, unmarried, birth quarter 2) is rare among
+    its rows, and its values in any order are in a circuit's config as a sum's last children and
+    the next leaves' variables: 51, 60, 0, 1, 2 (refused, vertical x3). A match by chance somewhere
+    in a message of 100 numbers is likely; the row alone in a message is still caught."""
+    import pandas as pd
+    from fedpgm.data.partition import ClientData
+    from fedpgm.data.schema import Feature, Schema
+    rng = np.random.default_rng(8)
+    n = 800
+    table = pd.DataFrame({"hrs_work": np.clip(np.round(rng.normal(40, 12, n)), 1, 99),
+                          "age": rng.integers(16, 95, n).astype(float),
+                          "time_to_work": np.clip(np.round(rng.lognormal(3, 0.8, n)), 1, 150),
+                          "married": rng.integers(0, 2, n).astype(float),
+                          "birth_qrtr": rng.integers(0, 4, n).astype(float)})
+    table.iloc[17] = [60, 51, 1, 0, 2]
+    schema = Schema((Feature("hrs_work", "continuous"), Feature("age", "continuous"),
+                     Feature("time_to_work", "continuous"), Feature("married", "binary", ("no", "yes")),
+                     Feature("birth_qrtr", "categorical", ("q2", "q1", "q3", "q4"))), label="birth_qrtr")
+    audit = PrivacyAudit([ClientData("c", schema, table)])
+    nodes = []
+    for first in range(0, 64, 4):  # three leaves (variables 0, 1, 2) and their product
+        nodes += [{"type": "leaf", "var": v} for v in range(3)]
+        nodes.append({"type": "product", "children": [first, first + 1, first + 2]})
+    nodes.insert(52, {"type": "sum", "children": [3, 7, 11, 19, 23, 51, 60]})
+    audit.check("c", Message("fit", config={"n": 1600, "nodes": nodes}))
+    with pytest.raises(PrivacyViolation, match="row 17"):
+        audit.check("c", Message("fit", config={"row": [51, 60, 0, 1, 2]}))
+
+
+def test_ids_within_the_matching_tolerance_of_each_other_are_one_value():
+    """cms_patient_experience's org_pac_id repeats each organisation's id over its rows; the run
+    1557267069, 1759293111 (x 5), 1759293954 (x 4), whose last two ids are closer than the affine
+    tolerance, is a leaf's probabilities 0.98, 0.0039 (x 9) up to scale and shift (refused,
+    vertical x3). A run over three ids that are not is still caught."""
+    rng = np.random.default_rng(9)
+    orgs = np.unique(rng.integers(10**8, 9 * 10**9, 84)).astype(float)
+    close = [1557267069.0, 1759293111.0, 1759293954.0]
+    orgs = np.sort(np.r_[orgs[(orgs < close[0]) | (orgs > close[2])], close])
+    rows = np.full(len(orgs), 6)
+    rows[np.searchsorted(orgs, close[1])] = 5
+    ids = np.repeat(orgs, rows)
+    audit = PrivacyAudit([one_column("org_pac_id", ids)])
+    probs = [0.00390625, 0.98046875, *[0.00390625] * 9, 0.98046875, *[0.0048543689320388345] * 4]
+    audit.check("c", Message("fit", {"cluster0/leaf.categorical.probs": np.array(probs)}))
+    with pytest.raises(PrivacyViolation, match="consecutive values of column 'org_pac_id'"):
+        audit.check("c", Message("fit", {"w": ids[100:112] / 1e9}))

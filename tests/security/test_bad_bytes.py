@@ -477,6 +477,7 @@ from fedpgm.fedpc import FedPC
 from fedpgm.ngm.model import NGM
 from fedpgm.concepts.models import load_model as load_concept_model
 LOAD = {"node": load_model, "dense": load_model, "fedpc": FedPC.load, "ngm": NGM.load, "fcm": load_concept_model}
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # (the libraries' own peak, before any model)
 out = []
 for model, folder in json.loads(sys.stdin.read()):
     try:
@@ -486,7 +487,7 @@ for model, folder in json.loads(sys.stdin.read()):
         out.append(type(e).__name__ + ": " + str(e)[:120])
     except BaseException as e:
         out.append("ESCAPED " + type(e).__name__ + ": " + str(e)[:200])
-print(json.dumps({"outcomes": out, "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+print(json.dumps({"outcomes": out, "base_kib": base, "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
 
@@ -499,9 +500,10 @@ def grown(saved, tmp_path, model: str, name: str) -> Path:
     return work
 
 
-def test_size_attacks_are_refused_before_allocating_peak_rss_under_1_gib(saved, tmp_path):
+def test_size_attacks_are_refused_before_allocating(saved, tmp_path):
     """Documents that describe huge models (or are huge), loaded in a fresh process: each is
-    refused, and the process's peak resident memory (``getrusage``) stays under 1 GiB."""
+    refused, and the process's peak resident memory (``getrusage``) grows by less than 512 MiB over
+    the peak its imports reached."""
     dense_graph = json.loads((saved["dense"][0] / "structure.json").read_text())["spec"]["graph"]
     cases = [
         ("dense", tampered(saved, tmp_path, "dense", "structure.json", ("spec", "units"), 2 ** 16)),
@@ -524,4 +526,5 @@ def test_size_attacks_are_refused_before_allocating_peak_rss_under_1_gib(saved, 
     report = json.loads(child.stdout.strip().splitlines()[-1])
     print(report)
     assert all(o.startswith(("BadModelFile", "FedpgmError")) for o in report["outcomes"]), report["outcomes"]
-    assert report["peak_kib"] < 2 ** 20, f"peak RSS {report['peak_kib'] / 2 ** 10:.0f} MiB"
+    extra = report["peak_kib"] - report["base_kib"]  # what loading the files added to the imports' peak
+    assert extra < 2 ** 19, f"peak RSS grew by {extra / 2 ** 10:.0f} MiB while loading"

@@ -30,26 +30,31 @@ left to the table detector, ``w`` would pass ``MAX_RUN_WIDTH``), a table ``TABLE
 rows. Rows are searched for only where a row carries at least ``MIN_ROW_BITS`` bits (the sum
 of its columns' empirical entropies; 2^16 possible rows); below that the table detector stands
 in. A row is also searched for only if its values are unlikely to turn up by chance in any of
-the rows' windows (``chance_bits``: a universal prior on numbers, less the orders a match in any
-order allows, at least ``MIN_ROW_BITS`` + log2 of the rows searched): a row of small counts is
-rare among borrowers but found in every list of child indices. A column run must likewise take
-``RUN_BITS`` to write as whole numbers up to a shift and a scale (``shape_bits``: its values in
-steps of their own resolution, or of the matching tolerance, less their minimum, over their
-common divisor). An affine copy is the same whole numbers, so the message's matching values carry
-as much: a run of a column whose rows are sorted (diamonds' price: 6078..6083) or that repeats
-few values (carat) is an arithmetic progression, a list of cluster ids or of counts over n (a
-leaf's probabilities) in any message, and is not searched for. Sorted runs
-(of distinct values; ties are no information) need ``RUN_BITS`` from their gaps, ``gap_bits``,
-plus, for exact values, log2 of the column's distinct values (where the run lies). Affine
-copies of sorted runs are searched for only in columns whose values are mostly distinct
-(``MIN_DISTINCT``) and recorded to at least 2^20 steps of their resolution
+the message's windows (``chance_bits``: a universal prior on numbers, less the orders a match in
+any order allows, at least ``MIN_ROW_BITS`` + log2 of the rows searched + log2 of the message's
+windows): a row of small counts is rare among borrowers but found in every list of child
+indices (acs12's row of 60 hours, age 51, 1 minute to work, unmarried, birth quarter 2 is
+in a 328-number list of a circuit's child indices as 51, 60, 0, 1, 2). A column run must
+likewise take ``RUN_BITS`` to write as whole numbers up to a shift and a scale
+(``shape_bits``: its values in steps of their own resolution, or of the matching tolerance,
+less their minimum, over their common divisor). An affine copy is the same whole numbers, so
+the message's matching values carry as much: a run of a column whose rows are sorted
+(diamonds' price: 6078..6083) or that repeats few values (carat; an id repeated over each
+organisation's rows) is an arithmetic progression, a list of cluster ids or of counts over n
+(a leaf's probabilities) in any message, and is not searched for. Sorted runs (of distinct
+values; ties are no information) need ``RUN_BITS`` from their gaps, ``gap_bits``, plus, for
+exact values, log2 of the column's distinct values (where the run lies); affine copies need
+``RUN_BITS`` from their shape too, and are searched for only in columns whose values are mostly
+distinct (``MIN_DISTINCT``) and recorded to at least 2^20 steps of their resolution
 (``MIN_RESOLUTION_BITS``): sorted values recorded to few digits are, in units of that resolution,
 increasing integer lists, as every circuit structure's child lists are (breast cancer's
 mean_smoothness, to 5 decimals, matched a structure's child indices once), so for such columns
 only exact sorted copies are searched for. Within a column, each sorted window's gaps count at
 the resolution its own values are recorded to (``window_resolution``): credit's DebtRatio holds
 6-decimal ratios and, where income is missing, whole dollar amounts, and a run of those is as
-common as a list of child indices.
+common as a list of child indices. Resolutions are read to float32's rounding (``holds``), as
+values are compared: InstInnovation's employment, thousands to 3 decimals stored through
+float32, has sorted runs 0.123, 0.124, ..., 0.128 (a progression, in a fit's child lists as 1..6).
 
 What it does not detect, by design or by cost: runs of a column that is mostly one value
 (capital-gain, 92% zeros: a window of 16 holds too few amounts to tell it from a list of
@@ -96,6 +101,7 @@ MIN_DISTINCT = 0.5  # sorted runs only for columns at least this fraction of who
 MIN_RESOLUTION_BITS = 20.0  # ... and recorded to at least 2^20 steps across their range
 CHUNK = 1 << 16  # windows canonicalised at once
 EXACT_TOL, AFFINE_TOL = 1e-9, 1e-5
+FLOAT32_NOISE = 2.0 ** -21  # relative error of a value that went through float32 a few times
 REMEDY = ("if the run is honest, raise the client's min_rows or the learner's min_instances_slice (each value "
           "then comes from more rows), or, for a public table, set audit to false in the client's policy")
 
@@ -142,6 +148,14 @@ def window_information(info: np.ndarray, width: int, affine: bool) -> np.ndarray
     return total
 
 
+def holds(values: np.ndarray, d: int) -> np.ndarray:
+    """Whether ``d`` decimals hold each value, to float32's rounding (``FLOAT32_NOISE``): values
+    are compared as float32, so digits below it say nothing. InstInnovation's employment, in
+    thousands to 3 decimals, was stored through float32 (0.1230000149 for 0.123); its runs are
+    3-decimal values, not values known to 16 digits."""
+    return np.abs(np.round(values, d) - values) <= np.maximum(1e-6 * 10.0 ** -d, np.abs(values) * FLOAT32_NOISE)
+
+
 def number_bits(values: np.ndarray) -> np.ndarray:
     """Bits each value costs under a universal prior on numbers (an Elias-gamma code of its
     decimal mantissa, its sign and its number of decimals), NaN 0: how unlikely it is to turn up
@@ -149,8 +163,8 @@ def number_bits(values: np.ndarray) -> np.ndarray:
     one bit; a value that no 12 decimals hold costs 64."""
     a = np.abs(np.nan_to_num(values))
     decimals = np.full(a.shape, -1)
-    for d in range(12, -1, -1):  # the fewest decimals that hold each value (to float32's rounding) win
-        decimals[np.abs(np.round(a, d) - a) <= np.maximum(1e-6 * 10.0 ** -d, a * 2.0 ** -23)] = d
+    for d in range(12, -1, -1):  # the fewest decimals that hold each value win
+        decimals[holds(a, d)] = d
     mantissa = np.round(a * 10.0 ** np.maximum(decimals, 0))
     bits = np.where(decimals < 0, 64.0, np.minimum(64.0, 1.0 + 2.0 * np.log2(1.0 + mantissa)
                                                    + 2.0 * np.log2(1.0 + np.maximum(decimals, 0))))
@@ -174,9 +188,10 @@ def chance_bits(rows: np.ndarray, any_order: bool) -> np.ndarray:
 
 def shape_bits(windows: np.ndarray) -> np.ndarray:
     """(n,) bits it takes to write each window's shape up to ``a * x + b``, ``windows`` (n, w) as
-    recorded (float64): its values as whole numbers ``k = (x - min) / step``, ``step`` the coarser
-    of the window's own resolution (``window_resolution``) and the affine matching tolerance
-    (``AFFINE_TOL`` of its std: closer values match as equal), divided by their greatest common
+    matched (float32-rounded): its values as whole numbers ``k = (x - min) / step``, ``step`` the
+    coarser of the window's own resolution (``window_resolution``) and the affine matching
+    tolerance (``AFFINE_TOL`` of its std), neighbours in sorted order that one message value
+    matches both (``2 AFFINE_TOL`` std apart) counted as equal, divided by their greatest common
     divisor, in the cheaper of two codes: each number under a universal prior (``1 + 2 log2(1 +
     k)``: zeros and small numbers are cheap) or all w below the largest (``w log2(max + 1)``); the
     cheaper of ``x`` and ``-x``. An affine copy of a window has the same whole numbers, so a window
@@ -184,11 +199,19 @@ def shape_bits(windows: np.ndarray) -> np.ndarray:
     its prices 6078..6083 are the progression 0..5 (child indices), 5294, 5294, 5296, 5296, 5297,
     5299 are 0, 0, 2, 2, 3, 5 (a leaf's probabilities, counts over n); a run of two carat values
     is a list of cluster ids; one whole-dollar amount among five close ratios (credit's
-    DebtRatio) is 1, 0, 0, 0, 0, 0."""
+    DebtRatio) is 1, 0, 0, 0, 0, 0; cms_patient_experience's org_pac_id (an id repeated over an
+    organisation's 6 rows) has runs such as 1557267069, 1759293111 (x 5), 1759293954 (x 4),
+    whose last two ids lie within the tolerance (or round to one float32): 1, 0, ..., 0, a leaf's
+    probabilities (0.98, then 0.0039 nine times)."""
     if len(windows) == 0:
         return np.zeros(0)
-    step = np.maximum(window_resolution(windows), AFFINE_TOL * windows.std(axis=1, keepdims=True))
-    k = np.round((windows - windows.min(axis=1, keepdims=True)) / step).astype(np.int64)
+    tol = AFFINE_TOL * windows.std(axis=1, keepdims=True)
+    step = np.maximum(window_resolution(windows), tol)
+    order = np.argsort(windows, axis=1)
+    gaps = np.diff(np.take_along_axis(windows, order, axis=1), axis=1)
+    rises = np.cumsum(np.where(gaps <= 2.0 * tol, 0.0, np.round(gaps / step)), axis=1)
+    k = np.zeros(windows.shape, dtype=np.int64)
+    np.put_along_axis(k, order, np.c_[np.zeros(len(k)), rises].astype(np.int64), axis=1)
     k //= np.maximum(np.gcd.reduce(k, axis=1), 1)[:, None]
     top = k.max(axis=1, keepdims=True)
     each = [(1.0 + 2.0 * np.log2(1.0 + v)).sum(axis=1) for v in (k, top - k)]
@@ -245,11 +268,15 @@ def within(sorted_values: np.ndarray, h: np.ndarray, tol: np.ndarray) -> tuple[n
 
 class Detector:
     """Windows of ``patterns.shape[1]`` values whose canonical form equals one of the patterns'
-    (already canonical), within ``tol`` per value."""
+    (already canonical), within ``tol`` per value. With ``margin`` (bits per pattern), a pattern
+    is found only in messages of at most ``2^margin`` windows (a match by chance somewhere among
+    more is no longer unlikely)."""
 
-    def __init__(self, patterns: np.ndarray, what: list[str], canon: Callable, tol: float, seed: int = 0):
+    def __init__(self, patterns: np.ndarray, what: list[str], canon: Callable, tol: float, seed: int = 0,
+                 margin: np.ndarray | None = None):
         keep = ~np.isnan(patterns).any(axis=1)
         self.patterns, self.what = patterns[keep], [w for w, k in zip(what, keep) if k]
+        self.margin = np.full(len(self.patterns), np.inf) if margin is None else margin[keep]
         self.canon, self.tol = canon, tol
         self.width = patterns.shape[1]
         rng = np.random.default_rng(seed)
@@ -270,13 +297,15 @@ class Detector:
             self.p1_order = np.argsort(self.p1)
             self.p1_sorted = self.p1[self.p1_order]
 
-    def find(self, flat: np.ndarray) -> str | None:
-        """A description of the first pattern found in ``flat`` (float32-rounded), or None."""
+    def find(self, flat: np.ndarray, message_size: int = 0) -> str | None:
+        """A description of the first pattern found in ``flat`` (float32-rounded), or None;
+        ``message_size``: the values of the whole message ``flat`` is part of (default: its own)."""
         w = self.width
         if len(self.patterns) == 0 or flat.size < w:
             return None
+        least = np.log2(max(message_size, flat.size) - w + 1)  # the margin a pattern needs: its windows
         if self.canon is sort_rows and w > MAX_SORTED_WIDTH:
-            return self.find_any_order(flat)
+            return self.find_any_order(flat, least)
         windows = np.lib.stride_tricks.sliding_window_view(flat, w)
         for start in range(0, len(windows), CHUNK):
             C = self.canon(windows[start: start + CHUNK])
@@ -284,12 +313,13 @@ class Detector:
             tol = self.hash_tol * (1.0 + np.abs(h)) if self.canon is exact or self.canon is sort_rows \
                 else np.full_like(h, self.hash_tol)
             lo, count = within(self.sorted, h, tol)
-            hit = self.verify(C, lo, count)
+            hit = self.verify(C, lo, count, least)
             if hit is not None:
                 return hit
         return None
 
-    def verify(self, C: np.ndarray, lo: np.ndarray, count: np.ndarray, block: int = 1 << 16) -> str | None:
+    def verify(self, C: np.ndarray, lo: np.ndarray, count: np.ndarray, least: float,
+               block: int = 1 << 16) -> str | None:
         """Compare each window ``C[i]`` value by value with the ``count[i]`` patterns whose hash
         lies near its own (sorted positions ``lo[i]`` on), all pairs at once in blocks: windows of
         wide data sets have a few such candidates each, too many for a loop in Python."""
@@ -305,13 +335,13 @@ class Detector:
             w, r = pair_window[b:b + block], pair_pattern[b:b + block]
             pats = self.patterns[r]
             scale = 1.0 + np.abs(pats) if relative else 1.0
-            ok = (np.abs(C[w] - pats) <= self.tol * scale).all(axis=1)
+            ok = (np.abs(C[w] - pats) <= self.tol * scale).all(axis=1) & (self.margin[r] >= least)
             if ok.any():
                 return self.what[r[np.argmax(ok)]]
         return None
 
 
-    def find_any_order(self, flat: np.ndarray) -> str | None:
+    def find_any_order(self, flat: np.ndarray, least: float) -> str | None:
         """``find`` for wide rows in any order (images: 784 values) without sorting every window,
         which costs O(n w log w): a window can hold a row's values only if its sum and sum of
         squares, taken over all windows at once by cumulative sums (O(n)), match the row's
@@ -331,7 +361,7 @@ class Detector:
         lo, count = within(self.p1_sorted, s1, np.full_like(s1, bound.max() + slack))
         for i in np.flatnonzero(count):
             for r in order[lo[i]:lo[i] + count[i]]:
-                close = abs(s1[i] - p1[r]) <= bound[r] + slack
+                close = abs(s1[i] - p1[r]) <= bound[r] + slack and self.margin[r] >= least
                 if close and abs(s2[i] - p2[r]) <= 2 * bound[r] * (1 + np.abs(self.patterns[r]).max()) + slack:
                     window = np.sort(flat[i:i + w])
                     if (np.abs(window - self.patterns[r]) <= self.tol * (1.0 + np.abs(self.patterns[r]))).all():
@@ -349,14 +379,14 @@ def row_bits(values: np.ndarray) -> np.ndarray:
     return bits
 
 
-def rows_detector(values: np.ndarray, ids, any_order: bool, label: str) -> Detector | None:
+def rows_detector(values: np.ndarray, ids, any_order: bool, label: str, margin: np.ndarray) -> Detector | None:
     complete = ~np.isnan(values).any(axis=1)
     if values.shape[1] < 2 or not complete.any():
         return None
     pats = as32(values[complete])
     canon = sort_rows if any_order else exact
     what = [f"{label} {i}" for i in np.asarray(ids)[complete]]
-    return Detector(canon(pats), what, canon, EXACT_TOL)
+    return Detector(canon(pats), what, canon, EXACT_TOL, margin=margin[complete])
 
 
 def column_windows(col: np.ndarray, width: int) -> np.ndarray:
@@ -365,11 +395,11 @@ def column_windows(col: np.ndarray, width: int) -> np.ndarray:
 
 
 def resolution(values: np.ndarray) -> float:
-    """The step a column is recorded to: 10^-d for the fewest decimals d (0..12) that hold all
-    its values but 1% or 2 of them (wine's color_intensity, to 2 decimals, holds one 9.899999),
-    else (full floating-point data) its range times 2^-52."""
+    """The step a column is recorded to: 10^-d for the fewest decimals d (0..12) that hold
+    (``holds``) all its values but 1% or 2 of them (wine's color_intensity, to 2 decimals, holds
+    one 9.899999), else (full floating-point data) its range times 2^-52."""
     for d in range(13):
-        if np.sum(np.abs(np.round(values, d) - values) > 1e-6 * 10.0 ** -d) <= max(2, 0.01 * len(values)):
+        if np.sum(~holds(values, d)) <= max(2, 0.01 * len(values)):
             return 10.0 ** -d
     return max(float(np.ptp(values)), 1e-300) * 2.0 ** -52
 
@@ -384,14 +414,13 @@ def gap_bits(win: np.ndarray, quantum: float) -> np.ndarray:
 
 def window_resolution(win: np.ndarray) -> np.ndarray:
     """(n, 1) the step each window's own values are recorded to: 10^-d for the fewest decimals d
-    (0..12) that hold them all. A column may mix resolutions (credit's DebtRatio: ratios to 6
-    decimals, and whole dollar amounts where income is missing); a run of whole numbers in it
-    carries the information of a list of integers, such as a circuit's child indices, not of a
-    run of 6-decimal values."""
+    (0..12) that hold them all (``holds``). A column may mix resolutions (credit's DebtRatio:
+    ratios to 6 decimals, and whole dollar amounts where income is missing); a run of whole
+    numbers in it carries the information of a list of integers, such as a circuit's child
+    indices, not of a run of 6-decimal values."""
     steps = np.full(len(win), 1e-12)
     for d in range(12, -1, -1):  # coarsest last: the fewest decimals that hold a window win
-        held = (np.abs(np.round(win, d) - win) <= 1e-6 * 10.0 ** -d).all(axis=1)
-        steps[held] = 10.0 ** -d
+        steps[holds(win, d).all(axis=1)] = 10.0 ** -d
     return steps[:, None]
 
 
@@ -405,8 +434,7 @@ class ClientPatterns:
 
     def __init__(self, client: ClientData, max_column_run: int) -> None:
         table = pd.concat([f for f in (client.train, client.test) if f is not None])
-        raw = table.to_numpy(dtype=float)
-        values = as32(raw)
+        values = as32(table.to_numpy(dtype=float))
         schema = client.schema
         discrete = np.array([f.discrete for f in schema.features])
         self.detectors: list[Detector] = []
@@ -423,18 +451,17 @@ class ClientPatterns:
             if width > MAX_RUN_WIDTH or len(observed) < width:
                 continue
             win = np.lib.stride_tricks.sliding_window_view(col, width)
-            recorded = np.lib.stride_tricks.sliding_window_view(raw[:, j], width)  # (before float32 rounding)
             info = np.full(len(col), np.nan)
             info[~np.isnan(col)] = self_information(observed)
             rich = window_information(info, width, affine=True) >= RUN_BITS  # (NaN windows drop too)
-            win = win[rich][shape_bits(recorded[rich]) >= RUN_BITS]
+            win = win[rich][shape_bits(win[rich]) >= RUN_BITS]
             pats, what = runs.setdefault(width, ([], []))
             pats.append(win)
             what += [f"{width} consecutive values of column '{f.name}' (or an affine copy)"] * len(win)
             srt = np.unique(observed)  # strictly increasing order statistics (ties are no information)
             if f.discrete or len(srt) < MAX_RUN_WIDTH:
                 continue
-            quantum = resolution(np.unique(raw[:, j][~np.isnan(raw[:, j])]))  # (before float32 rounding)
+            quantum = resolution(srt)
             where = np.log2(len(srt))  # an exact value also says where in the column it lies
             for group, affine, bits0 in ((sorted_runs, True, 0.0), (exact_sorted_runs, False, where)):
                 if affine and (len(srt) < MIN_DISTINCT * len(observed)
@@ -448,7 +475,8 @@ class ClientPatterns:
                     if len(srt) < w:
                         continue
                     win = column_windows(srt, w)
-                    win = win[bits0 + gap_bits(win, np.maximum(window_resolution(win), quantum)) >= RUN_BITS]
+                    rich = bits0 + gap_bits(win, np.maximum(window_resolution(win), quantum)) >= RUN_BITS
+                    win = win[rich & (shape_bits(win) >= RUN_BITS)] if affine else win[rich]
                     pats, what = group.setdefault(w, ([], []))
                     pats.append(win)
                     what += [f"{w} consecutive sorted values of column '{f.name}'"
@@ -478,10 +506,12 @@ class ClientPatterns:
                 any_order = not discrete[cols].all()
                 # a row of common values (zeros, say) identifies no one; one of small whole numbers
                 # in any order is found in every index list: a match by chance of any of the rows
-                # searched for must stay unlikely
+                # searched for, anywhere in the message, must stay unlikely (the message's
+                # windows are counted when it is searched: ``Detector``'s margin)
                 rich = np.flatnonzero(row_bits(sub) >= MIN_ROW_BITS)
-                rich = rich[chance_bits(sub[rich], any_order) >= MIN_ROW_BITS + np.log2(max(1, len(rich)))]
-                det = rows_detector(sub[rich], np.asarray(ids)[rich], any_order=any_order, label=name)
+                margin = chance_bits(sub[rich], any_order) - MIN_ROW_BITS - np.log2(max(1, len(rich)))
+                rich, margin = rich[margin >= 0], margin[margin >= 0]
+                det = rows_detector(sub[rich], np.asarray(ids)[rich], any_order, name, margin)
                 if det is not None:
                     self.detectors.append(det)
                 continue
@@ -509,7 +539,7 @@ class ClientPatterns:
         for d in self.detectors:
             if d.find(joined):
                 for where, flat in parts:
-                    hit = d.find(flat)
+                    hit = d.find(flat, message_size=len(joined))
                     if hit:
                         return where, hit
         return None
