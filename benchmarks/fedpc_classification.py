@@ -37,7 +37,8 @@ from fedpgm.baselines.splitnn import opt_in, splitnn  # noqa: E402
 from fedpgm.baselines.tabular import get_weights  # noqa: E402
 from fedpgm.data import load_dataset, partition  # noqa: E402
 from fedpgm.federation import InProcessFederation  # noqa: E402
-from fedpgm.fedpc.experiment import FitSettings, classification, paper_settings, run_fedpc  # noqa: E402
+from fedpgm.fedpc.experiment import FitSettings, paper_settings, run_fedpc  # noqa: E402
+from fedpgm.metrics import classification  # noqa: E402
 from fedpgm.fedpc.config_run import hgb  # noqa: E402
 from fedpgm.fedpc.trees import fit_fcdt  # noqa: E402
 

@@ -114,7 +114,7 @@ def pc_fit(
     if ds.valid is not None:
         report["valid_loglik"] = model.score(ds.valid)
     if ds.schema.label is not None and not dense:  # the label's test accuracy, macro-F1 (and F1 if binary)
-        from fedpgm.fedpc.experiment import classification
+        from fedpgm.metrics import classification
 
         report.update(classification(model.predict_proba(ds.test), ds.test[ds.schema.label].to_numpy(dtype=float)))
     if selection is not None:

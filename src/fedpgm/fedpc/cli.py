@@ -211,7 +211,8 @@ def evaluate(
     """Test log-likelihood (and accuracy/F1 with a label) of a saved FedPC, or accuracy/F1 of a
     saved FC[DT], on DATASET's test split."""
     from fedpgm.data import images
-    from fedpgm.fedpc.experiment import classification, evaluate as scores
+    from fedpgm.fedpc.experiment import evaluate as scores
+    from fedpgm.metrics import classification
 
     prepare_outputs(json=json_out)
     from fedpgm.fedpc.trees import TreeCircuit

@@ -39,7 +39,8 @@ from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.files import atomic_folder
-from fedpgm.fedpc.experiment import FCDT_PARAMS, FitSettings, classification, run_fcdt, run_fedpc
+from fedpgm.fedpc.experiment import FCDT_PARAMS, FitSettings, run_fcdt, run_fedpc
+from fedpgm.metrics import classification
 from fedpgm.report import make_report
 
 EXPERIMENT_KEYS = {"dataset", "seed", "out", "rows", "label", "missing", "test_size", "data_dir"}

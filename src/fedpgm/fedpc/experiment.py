@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import f1_score
 
 from fedpgm.circuits.learners import DENSE_LEARNERS, ESTIMATORS
 from fedpgm.data import images
@@ -30,6 +29,7 @@ from fedpgm.federation import InProcessFederation
 from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
+from fedpgm.metrics import classification
 from fedpgm.fedpc import defaults
 from fedpgm.fedpc.client import warm_up
 from fedpgm.fedpc.model import FedPC
@@ -104,18 +104,6 @@ def centralized(ds: Dataset, settings: FitSettings):
         t0 = time.process_time()
         model = ESTIMATORS[settings.learner](**params).fit(ds.train, ds.schema)
         return model, time.process_time() - t0
-
-
-def classification(proba: np.ndarray, truth: np.ndarray) -> dict:
-    """accuracy, F1 of the positive class (binary labels) and macro-F1."""
-    pred = proba.argmax(axis=1)
-    known = ~np.isnan(truth)
-    pred, truth = pred[known], truth[known].astype(int)
-    out = {"accuracy": float((pred == truth).mean()),
-           "f1_macro": float(f1_score(truth, pred, average="macro"))}
-    if proba.shape[1] == 2:
-        out["f1"] = float(f1_score(truth, pred, pos_label=1))
-    return out
 
 
 def evaluate(model_ll: np.ndarray, proba: np.ndarray | None, ds: Dataset) -> dict:
