@@ -246,3 +246,17 @@ def test_a_fit_past_its_deadline_ends_in_independent_leaves(mixed):
     assert (stopped["n_sums"], stopped["n_products"], stopped["n_leaves"]) == (0, 1, len(ds.schema))
     grown = learn_spn(ds.schema, X, min_instances_slice=50, leaf_model="chow-liu").stats()
     assert grown["n_sums"] > 0
+
+
+def test_passes_that_never_beat_the_fit_are_undone(mixed, monkeypatch):
+    """Every EM pass made worse (run on 3 rows): the chosen model is the circuit as fitted, the
+    one its reported score belongs to (CI saw -50.494 scored against a reported -50.475 when a
+    loaded machine's passes all lost)."""
+    train, valid, _ = mixed
+    honest = LearnSPN.em_pass
+    monkeypatch.setattr(LearnSPN, "em_pass", lambda self, circuit, X, k, floors: honest(self, circuit, X[:3], k, floors))
+    model, report = select_learnspn(train, valid, _.schema, budget_s=30, seed=0, max_em_iterations=2)
+    passes = [t for t in report["tried"] if "em_iterations" in t]
+    assert passes and all(t["valid_loglik"] < report["valid_loglik"] for t in passes)
+    assert report["chosen"].get("em_iterations", 0) == 0
+    assert model.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-9)

@@ -162,7 +162,8 @@ class Training:
 
     def result(self) -> tuple[float, dict, LearnSPN]:
         """(score, settings with ``em_iterations``, model) at its best pass."""
-        if self.best is not None and self.kept < self.done:  # (the passes after the best are undone)
+        if self.kept < self.done:  # (the passes after the best are undone)
+            assert self.best is not None  # (``em_pass`` keeps the circuit before the first pass)
             self.model.circuit_, self.model.compiled_ = self.best, self.model._compile(self.best)
         self.model.set_params(em_iterations=self.kept)
         return self.score, {**self.settings, "em_iterations": self.kept}, self.model
@@ -267,6 +268,8 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
 
     def em_pass(run: Training, X: np.ndarray, lows: np.ndarray) -> float:
         """One EM pass of ``run``'s model, recorded in ``tried``; returns its seconds."""
+        if run.best is None:  # (the circuit that scored ``run.score``, restored if no pass beats it)
+            run.best = copy.deepcopy(run.model.circuit_)
         t0 = time.perf_counter()
         run.model.em_pass(run.model.circuit_, X, run.done, lows)
         t1 = time.perf_counter()
