@@ -212,7 +212,8 @@ def test_enumerated_options_list_their_values_and_refuse_others(cli):
     from fedpgm.federation.psi import ALIGNMENTS
     from fedpgm.fedpc.plan import GLUES
     from fedpgm.fedpc.server import PLACEMENTS
-    from fedpgm.fedpc.trees import COMBINES, ENSEMBLES
+    from fedpgm.fedpc.experts import ENSEMBLES
+    from fedpgm.fedpc.trees import COMBINES
     from fedpgm.ngm.graph import GRAPH_METHODS
     from fedpgm.ngm.model import MODES
 

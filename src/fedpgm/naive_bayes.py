@@ -90,8 +90,7 @@ def run(partition_dir, backend: str = "inprocess") -> dict:
     import pandas as pd
 
     from fedpgm.data import read_partition
-    from fedpgm.federation import InProcessFederation
-    from fedpgm.federation.apps import check_backend
+    from fedpgm.federation.runner import run as run_federated
 
     part = read_partition(partition_dir)
     label = part.schema.label
@@ -100,14 +99,7 @@ def run(partition_dir, backend: str = "inprocess") -> dict:
                           "horizontal on a labelled dataset)")
     columns = [f.name for f in part.schema.features if f.kind == "continuous"]
     args: dict[str, Any] = {"label": label, "columns": columns, "n_classes": part.schema[label].cardinality}
-    if check_backend(backend) == "inprocess":
-        with InProcessFederation(part, "fedpgm.naive_bayes:HANDLERS") as fed:  # (worker processes import it)
-            model = fit_naive_bayes(fed, **args)
-    else:
-        from fedpgm.federation.deploy import LoopbackDeployment
-
-        with LoopbackDeployment(partition_dir, simulation=backend == "simulation") as dep:
-            model = dep.run("naive_bayes", "naive_bayes", args)
+    model = run_federated(part, "naive_bayes", "naive_bayes", args, backend=backend)
     result = {"dataset": part.dataset, "n_train": int(sum(model["n"])), "communication": model.pop("communication"),
               "model": model}
     tests = [c.test for c in part.clients if c.test is not None]

@@ -6,7 +6,6 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from fedpgm.baselines.fedavg import fedavg
 from fedpgm.concepts.federation import module_groups
 from fedpgm.concepts.models import ConceptModel, arrays
 from fedpgm.concepts.train import average
@@ -76,7 +75,7 @@ def test_fraction_weighted_sums_give_the_module_wise_average():
         np.testing.assert_allclose(secure[k], plain[k], rtol=1e-5, atol=1e-6)
 
 
-def test_fedavg_secure_round_is_its_weighted_average_and_refused_in_process():
+def test_one_group_of_weighted_sums_gives_the_row_weighted_average():
     rng = np.random.default_rng(0)
     weights = [{"w": rng.normal(size=(3, 2)), "b": rng.normal(size=2)} for _ in range(3)]
     rows = [10, 30, 60]
@@ -86,7 +85,3 @@ def test_fedavg_secure_round_is_its_weighted_average_and_refused_in_process():
     mean = weighted_mean(summed, group, 0.05)
     for k in ("w", "b"):
         np.testing.assert_allclose(mean[k], sum(n / 100 * w[k] for w, n in zip(weights, rows)), rtol=1e-6)
-    part = partition(load_dataset("wine"), "horizontal", 2, seed=0)
-    with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS", mode="sequential") as fed:
-        with pytest.raises(FedpgmError, match="runs on the Flower backend only"):
-            fedavg(fed, rounds=1, secure_aggregation=True)

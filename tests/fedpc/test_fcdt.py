@@ -12,7 +12,8 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation, PrivacyAudit
 from fedpgm.fedpc.experiment import FitSettings, run_fcdt
 from fedpgm.model_files import SEAL, file_record, seal
-from fedpgm.fedpc.trees import BOOSTING, LEAF_SIZES, PRIOR_MIX, Expert, TreeCircuit, choose_min_samples_leaf, fit_fcdt
+from fedpgm.fedpc.experts import BOOSTING, LEAF_SIZES, Expert, choose_min_samples_leaf
+from fedpgm.fedpc.trees import PRIOR_MIX, TreeCircuit, fit_fcdt
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 

@@ -11,7 +11,7 @@ from fedpgm.data import ClientData, Partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.ngm import FederatedNGM
-from fedpgm.ngm.experiment import HANDLERS, flower_procedure
+from fedpgm.ngm.experiment import server_procedure
 
 
 def chain_partition(rows: int = 500) -> Partition:
@@ -29,8 +29,8 @@ def fitted():
 
 
 def test_fit_equals_the_procedure_and_answers_queries(fitted, tmp_path):
-    with InProcessFederation(chain_partition().clients, HANDLERS, mode="sequential") as fed:
-        flower_procedure(fed, {"ngm": {"hidden": 16, "epochs": 40, "seed": 0}, "min_clients": 2, "seed": 0},
+    with InProcessFederation(chain_partition().clients, "fedpgm.ngm.client:HANDLERS", mode="sequential") as fed:
+        server_procedure(fed, {"ngm": {"hidden": 16, "epochs": 40, "seed": 0}, "min_clients": 2, "seed": 0},
                          str(tmp_path / "reference"))
     from fedpgm.ngm.model import NGM
 

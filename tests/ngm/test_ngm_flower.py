@@ -6,7 +6,7 @@ from conftest import SCHEMA, chain_frame
 
 from fedpgm.data import ClientData, Partition
 from fedpgm.federation import InProcessFederation
-from fedpgm.ngm.experiment import HANDLERS, flower_procedure
+from fedpgm.ngm.experiment import server_procedure
 from fedpgm.ngm.graph import recover_graph, to_edges
 from fedpgm.ngm import FederatedNGM
 from fedpgm.ngm.model import NGM
@@ -21,8 +21,8 @@ def in_process_reference(tmp_path, rows: int, seed: int, settings: dict) -> tupl
         frame.index.name = "row_id"
         clients.append(ClientData(f"client-{k}", SCHEMA, frame))
     Partition("horizontal", SCHEMA, clients, dataset="chain").write(tmp_path / "partition")
-    with InProcessFederation(clients, HANDLERS, mode="sequential") as fed:
-        return clients, flower_procedure(fed, settings, str(tmp_path / "local"))
+    with InProcessFederation(clients, "fedpgm.ngm.client:HANDLERS", mode="sequential") as fed:
+        return clients, server_procedure(fed, settings, str(tmp_path / "local"))
 
 
 @pytest.mark.slow
@@ -50,9 +50,9 @@ def test_fedngm_with_secure_graph_votes_on_the_simulation_runtime_gives_the_in_p
     settings = {"ngm": {"hidden": 8, "epochs": 10, "seed": 0}, "min_clients": 2, "seed": 0}
     clients, local = in_process_reference(tmp_path, 400, 30, settings)
     secure = {**settings, "secure_aggregation": True}
-    with InProcessFederation(clients, HANDLERS, mode="sequential") as fed:
+    with InProcessFederation(clients, "fedpgm.ngm.client:HANDLERS", mode="sequential") as fed:
         with pytest.raises(FedpgmError, match="runs on the Flower backend only"):
-            flower_procedure(fed, secure)
+            server_procedure(fed, secure)
     with LoopbackDeployment(tmp_path / "partition", workdir=tmp_path / "sim", simulation=True) as dep:
         remote = dep.run("ngm", "ngm", {"settings": secure, "out": str(tmp_path / "remote")}, timeout=600)
     assert remote["backend"] == "simulation" and remote["released"]

@@ -236,18 +236,31 @@ def test_a_policy_requiring_secure_aggregation_refuses_plain_updates(cancer):
     assert not echo.failures
 
 
-def test_secure_share_weights_are_the_clients_own(cancer):
-    """Item 9: per-client fraction 1 / 0 made the secure sum one client's weights exactly."""
-    from fedpgm.baselines.fedavg import fedavg
-    from fedpgm.baselines.tabular import get_weights, merge_moments
+def test_secure_share_weights_are_the_clients_own():
+    """Item 9: per-client fraction 1 / 0 made the secure sum one client's weights exactly (F-CM's
+    train handler, the one that answers with secure-sum shares)."""
+    import networkx as nx
+    import pandas as pd
 
-    part = partition(cancer, "horizontal", 3, seed=0)
+    from fedpgm.concepts.models import ConceptModel, arrays
+    from fedpgm.data.schema import Feature, Schema
+
+    rng = np.random.default_rng(0)
+    schema = Schema(tuple([Feature(f"input:{i}", "continuous") for i in range(4)]
+                          + [Feature("c", "categorical", (0, 1)), Feature("y", "categorical", (0, 1))]))
+    clients = []
+    for i, rows in enumerate((40, 60, 80)):
+        x = rng.normal(size=(rows, 4)).astype(np.float32)
+        frame = pd.DataFrame({**{f"input:{j}": x[:, j] for j in range(4)},
+                              "c": (x[:, 0] > 0).astype(int), "y": (x[:, 1] > 0).astype(int)})
+        clients.append(ClientData(f"client-{i}", schema, frame))
+    part = Partition("horizontal", schema, clients)
     n0 = len(part.clients[0].train)
-    with InProcessFederation(part, "fedpgm.baselines.fedavg:HANDLERS", mode="sequential") as fed:
-        weights = {k: v.astype(np.float64) for k, v in get_weights(fedavg(fed, rounds=1)["model"]).items()}
-        moments = [m.config["moments"] for m in fed.broadcast("describe").require_all().values()]
-        cfg = {"stats": merge_moments(moments), "epochs": 1, "lr": 1e-3, "batch_size": 64, "hidden": 64,
-               "layers": 2, "arch": "mlp", "seed": 0}
+    model = ConceptModel("cgm", 4, {"c": 2, "y": 2}, nx.DiGraph([("c", "y")]), "y", hidden=8, emb=4)
+    weights = arrays(model)
+    cfg = {"spec": model.spec(), "settings": {"epochs": 1, "lr": 1e-3, "batch_size": 64, "gamma": 0.8,
+                                              "p_int": 0.0, "seed": 0}}
+    with InProcessFederation(part, "fedpgm.concepts.federation:HANDLERS", mode="sequential") as fed:
         stats = {}
         stats["fraction"] = fed.send("client-0", "train", weights, {**cfg, "secure": {"fraction": 1.0}})
         stats["own rows as total"] = fed.send("client-0", "train", weights,
@@ -259,7 +272,8 @@ def test_secure_share_weights_are_the_clients_own(cancer):
     refused(stats["own rows as total"], "client-0", "the others could hold fewer than 10")
     refused(stats["cohort of one"], "client-0", "'cohort' is 1")
     share = honest.require_all()["client-0"]
-    assert abs(float(share.arrays["weight/all"][0]) - 1 / 3) < 1e-12  # n0 / (3 n0), from its own rows
+    trained = [float(share.arrays[f"weight/{u}"][0]) for u in share.config["units"]]
+    assert trained and all(abs(w - 1 / 3) < 1e-12 for w in trained)  # n0 / (3 n0), from its own rows
 
 
 def test_ngm_votes_refuse_degenerate_sparsity(cancer):

@@ -2,9 +2,7 @@
 
 Round 0 gathers per-column moments for standardisation; each later round sends the global
 weights to every client, which trains ``epochs`` local epochs (Adam, mini-batches) and replies
-with its weights and row count; the server averages them weighted by rows. With
-``secure_aggregation`` (Flower backend), the server learns only that average, by SecAgg+
-(``fedpgm.federation.shares``).
+with its weights and row count; the server averages them weighted by rows.
 """
 
 from __future__ import annotations
@@ -22,12 +20,11 @@ from fedpgm.federation.base import Federation
 from fedpgm.federation.codec import Message
 from fedpgm.federation.contract import NOTHING, Array, Choice, Contract, Float, Int
 from fedpgm.federation.handlers import ClientContext, HandlerSet
-from fedpgm.federation.shares import SECURE, own_fraction, secure_weighted_mean, weighted_share
 
 HANDLERS = HandlerSet("fedavg")
 TRAIN = Contract({"stats": STATS, "epochs": Int(1, 1000), "lr": Float(1e-7, 10.0), "batch_size": Int(1, 1 << 20),
                   "hidden": Int(1, 4096), "layers": Int(1, 16), "arch": Choice("mlp", "tabnet"),
-                  "seed": Int(0, 2**63 - 1), "secure": SECURE},
+                  "seed": Int(0, 2**63 - 1)},
                  required=("stats", "epochs", "lr", "batch_size", "hidden", "layers", "arch", "seed"),
                  arrays={"*": Array("f")}, update=True)
 
@@ -59,20 +56,13 @@ def train(request: Message, ctx: ClientContext) -> Message:
             nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
             opt.step()
     reply = {"n": len(x), "seconds": time.process_time() - start}
-    weights = get_weights(model)
-    if "secure" in cfg:  # a share of a secure sum: the server sees only the sum over clients
-        group = {k: "all" for k in weights}
-        return Message("train", weighted_share(weights, own_fraction(cfg["secure"], len(x), ctx), group,
-                                                       {"all"}), reply)
-    return Message("train", weights, reply)
+    return Message("train", get_weights(model), reply)
 
 
 def fedavg(fed: Federation, rounds: int = 100, epochs: int = 1, lr: float = 1e-3, batch_size: int = 64,
-           hidden: int = 64, layers: int = 2, seed: int = 0, arch: str = "mlp",
-           secure_aggregation: bool = False) -> dict:
+           hidden: int = 64, layers: int = 2, seed: int = 0, arch: str = "mlp") -> dict:
     """Train ``arch`` (``mlp`` or ``tabnet``, see ``tabular.network``); returns {"model",
-    "schema", "stats", "critical_path_seconds", "communication"}. ``secure_aggregation``: each
-    round's average by SecAgg+ (Flower backend only)."""
+    "schema", "stats", "critical_path_seconds", "communication"}."""
     if rounds < 1 or epochs < 1:
         raise FedpgmError(f"rounds and epochs must be >= 1, got {rounds} and {epochs}")
     described = fed.broadcast("describe").require_all()
@@ -86,30 +76,18 @@ def fedavg(fed: Federation, rounds: int = 100, epochs: int = 1, lr: float = 1e-3
     model = network(arch, width, schema[schema.label].cardinality, hidden, layers)
     cfg = {"stats": stats, "epochs": epochs, "lr": lr, "batch_size": batch_size, "hidden": hidden,
            "layers": layers, "arch": arch}
-    rows = {c: int(m.config["n_rows"]) for c, m in described.items()}
     critical = 0.0
     for r in range(rounds):
         round_cfg = {**cfg, "seed": seed * 100_003 + r}
-        if secure_aggregation:
-            avg, seconds = secure_round(fed, get_weights(model), round_cfg, rows)
-        else:
-            replies = fed.broadcast("train", get_weights(model), round_cfg).require_all()
-            n = np.array([m.config["n"] for m in replies.values()], dtype=float)
-            avg = {k: sum(w * m.arrays[k] for w, m in zip(n / n.sum(), replies.values()))
-                   for k in next(iter(replies.values())).arrays}
-            seconds = [m.config["seconds"] for m in replies.values()]
+        replies = fed.broadcast("train", get_weights(model), round_cfg).require_all()
+        n = np.array([m.config["n"] for m in replies.values()], dtype=float)
+        avg = {k: sum(w * m.arrays[k] for w, m in zip(n / n.sum(), replies.values()))
+               for k in next(iter(replies.values())).arrays}
+        seconds = [m.config["seconds"] for m in replies.values()]
         set_weights(model, {k: v.astype(np.float32) for k, v in avg.items()})
         critical += max(seconds)
     return {"model": model, "schema": schema, "stats": stats, "critical_path_seconds": critical,
             "communication": fed.ledger.totals()}
-
-
-def secure_round(fed: Federation, weights: dict[str, np.ndarray], cfg: dict,
-                 rows: dict[str, int]) -> tuple[dict[str, np.ndarray], list[float]]:
-    """One round whose row-weighted average the server learns by SecAgg+ only; the average and
-    the clients' training seconds."""
-    mean, replies = secure_weighted_mean(fed, "train", weights, cfg, rows, {k: "all" for k in weights})
-    return mean, [float(r["seconds"]) for r in replies.values()]
 
 
 def _empty(schema: Schema):

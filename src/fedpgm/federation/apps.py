@@ -23,9 +23,9 @@ HANDLERS = {
 # procedure -> the server function ``procedure(federation, **args) -> dict``
 PROCEDURES = {
     "moments": "fedpgm.federation.reference:federated_moments",
-    "fedpc": "fedpgm.fedpc.experiment:flower_procedure",
-    "ngm": "fedpgm.ngm.experiment:flower_procedure",
-    "concepts": "fedpgm.concepts.experiment:flower_procedure",
+    "fedpc": "fedpgm.fedpc.experiment:server_procedure",
+    "ngm": "fedpgm.ngm.experiment:server_procedure",
+    "concepts": "fedpgm.concepts.experiment:server_procedure",
     "naive_bayes": "fedpgm.naive_bayes:fit_naive_bayes",
     "roundtrip": "fedpgm.federation.diagnostics:roundtrip_benchmark",
     "secure-sum-probe": "fedpgm.federation.diagnostics:secure_sum_probe",

@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from fedpgm.cli_common import Backend, console, finish, prepare_outputs, stages
-from fedpgm.federation.apps import check_backend
 
 federation_app = typer.Typer(no_args_is_help=True, help="The federation runtime.")
 
@@ -22,21 +21,11 @@ def federation_moments(
     """Federated mean/covariance over client CSVs written by `fedpgm partition` (the
     runtime's reference algorithm), on either backend, with its communication cost."""
     from fedpgm.data import read_partition
-    from fedpgm.federation import InProcessFederation
-    from fedpgm.federation.reference import federated_moments
+    from fedpgm.federation.runner import run
 
     prepare_outputs(json=json_out)
-
-    handlers = "fedpgm.federation.reference:HANDLERS"
-    if backend == "inprocess":
-        with InProcessFederation(read_partition(partition_dir), handlers) as fed:
-            result = federated_moments(fed)
-    elif check_backend(backend) in ("flower", "simulation"):
-        from fedpgm.federation.deploy import LoopbackDeployment
-
-        with console.status("starting a SuperLink and SuperNodes on 127.0.0.1 ..."):
-            with LoopbackDeployment(partition_dir, simulation=backend == "simulation") as dep:
-                result = dep.run("moments", "moments")
+    with console.status(f"federated moments over {partition_dir} ({backend}) ..."):
+        result = run(read_partition(partition_dir), "moments", "moments", backend=backend)
     console.print(f"{result['n']} rows over {len(result['clients'])} clients; "
                   f"{len(result['columns'])} columns")
     for name, mean in list(zip(result["columns"], result["mean"]))[:5]:

@@ -72,16 +72,15 @@ come from.
 A refusal says which settings to change if the run is honest (``REMEDY``): more rows behind each
 value, or, for a public table, the audit off in the client's policy.
 
-The search is vectorised: each detector turns every window of the message into its canonical
-form (as is, sorted, or standardised to mean 0 and std 1; patterns are stored for
-``x`` and ``-x``), hashes it with one dot product with
-random weights, looks the hash up among the patterns' sorted hashes, and confirms candidates
-value by value.
+The search is vectorised (``fedpgm.federation.window_search``): each detector turns every window
+of the message into its canonical form (as is, sorted, or standardised to mean 0 and std 1;
+patterns are stored for ``x`` and ``-x``), hashes it with one dot product with random weights,
+looks the hash up among the patterns' sorted hashes, and confirms candidates value by value.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -90,6 +89,8 @@ from scipy.special import gammaln
 from fedpgm.data.partition import ClientData, Partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
+from fedpgm.federation.window_search import (Detector, both_signs, exact, sort_rows, standardise,
+                                             standardise_increasing)
 
 MIN_ROW_BITS = 16.0  # rows with fewer possible values than 2^16 identify no one
 RUN_BITS = 48.0  # information a column run or a table window must carry
@@ -99,7 +100,6 @@ MAX_TABLE_WIDTH = 256  # values in a table window
 MAX_SORTED_WIDTH = 32  # an exact sorted run may need this many values where they lie densely
 MIN_DISTINCT = 0.5  # sorted runs only for columns at least this fraction of whose values are distinct
 MIN_RESOLUTION_BITS = 20.0  # ... and recorded to at least 2^20 steps across their range
-CHUNK = 1 << 16  # windows canonicalised at once
 EXACT_TOL, AFFINE_TOL = 1e-9, 1e-5
 FLOAT32_NOISE = 2.0 ** -21  # relative error of a value that went through float32 a few times
 REMEDY = ("if the run is honest, raise the client's min_rows or the learner's min_instances_slice (each value "
@@ -227,148 +227,6 @@ def entropy_bits(values: np.ndarray) -> float:
     return float(-(p * np.log2(p)).sum())
 
 
-# -- canonical forms of windows (rows of W, shape (n, w)); rows that cannot match are NaN -------
-def exact(W: np.ndarray) -> np.ndarray:
-    return W
-
-
-def sort_rows(W: np.ndarray) -> np.ndarray:
-    return np.sort(W, axis=1)
-
-
-def standardise(W: np.ndarray) -> np.ndarray:
-    """Each window minus its mean, over its std: invariant to a * x + b for a > 0 (patterns
-    are stored with both signs). Windows with no spread are NaN."""
-    m = W.mean(axis=1, keepdims=True)
-    s = W.std(axis=1, keepdims=True)
-    ok = s > 1e-12 * (1.0 + np.abs(m))
-    return np.where(ok, (W - m) / np.where(ok, s, 1.0), np.nan)
-
-
-def standardise_increasing(W: np.ndarray) -> np.ndarray:
-    """As ``standardise``, for strictly monotone windows only, a decreasing one reversed first
-    (so a sorted copy is found in either order)."""
-    d = np.diff(W, axis=1)
-    up, down = np.asarray((d > 0).all(axis=1)), np.asarray((d < 0).all(axis=1))
-    W = np.where(down[:, None], W[:, ::-1], W)
-    return np.where((up | down)[:, None], standardise(W), np.nan)
-
-
-def within(sorted_values: np.ndarray, h: np.ndarray, tol: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, count): the ``count[i]`` values of ``sorted_values`` from position ``lo[i]`` on lie in
-    [h[i] - tol[i], h[i] + tol[i]] (NaN h: none). The upper end is searched only for keys with a
-    value in reach (almost none), halving the binary searches."""
-    lo = np.searchsorted(sorted_values, h - tol)
-    count = np.zeros(len(h), dtype=np.intp)
-    if len(sorted_values):
-        reach = np.flatnonzero(sorted_values[np.minimum(lo, len(sorted_values) - 1)] <= h + tol)
-        count[reach] = np.searchsorted(sorted_values, h[reach] + tol[reach], side="right") - lo[reach]
-    return lo, count
-
-
-class Detector:
-    """Windows of ``patterns.shape[1]`` values whose canonical form equals one of the patterns'
-    (already canonical), within ``tol`` per value. With ``margin`` (bits per pattern), a pattern
-    is found only in messages of at most ``2^margin`` windows (a match by chance somewhere among
-    more is no longer unlikely)."""
-
-    def __init__(self, patterns: np.ndarray, what: list[str], canon: Callable, tol: float, seed: int = 0,
-                 margin: np.ndarray | None = None):
-        keep = ~np.isnan(patterns).any(axis=1)
-        self.patterns, self.what = patterns[keep], [w for w, k in zip(what, keep) if k]
-        self.margin = np.full(len(self.patterns), np.inf) if margin is None else margin[keep]
-        self.canon, self.tol = canon, tol
-        self.width = patterns.shape[1]
-        rng = np.random.default_rng(seed)
-        self.weights = np.asarray(rng.uniform(1.0, 2.0, self.width))
-        if canon in (standardise, standardise_increasing):
-            # standardised windows sum to 0, so positive weights hash them into a narrow range
-            # (std ~0.8 at width 8, against 33,000 patterns: a near hash for most windows of a
-            # model's weights, each then compared value by value); random signs spread the
-            # hashes ~5x wider at the same bound on |hash difference|, tol * sum |weights|
-            self.weights *= rng.choice([-1.0, 1.0], self.width)
-        hashes = self.patterns @ self.weights
-        self.order = np.argsort(hashes)
-        self.sorted = hashes[self.order]
-        self.hash_tol = tol * np.abs(self.weights).sum()
-        if canon is sort_rows and self.width > MAX_SORTED_WIDTH:  # find_any_order's per-pattern sums
-            self.p1, self.p2 = self.patterns.sum(axis=1), (self.patterns ** 2).sum(axis=1)
-            self.bound = tol * (self.width + np.abs(self.patterns).sum(axis=1))  # per value: tol * (1 + |p|)
-            self.p1_order = np.argsort(self.p1)
-            self.p1_sorted = self.p1[self.p1_order]
-
-    def find(self, flat: np.ndarray, message_size: int = 0) -> str | None:
-        """A description of the first pattern found in ``flat`` (float32-rounded), or None;
-        ``message_size``: the values of the whole message ``flat`` is part of (default: its own)."""
-        w = self.width
-        if len(self.patterns) == 0 or flat.size < w:
-            return None
-        least = np.log2(max(message_size, flat.size) - w + 1)  # the margin a pattern needs: its windows
-        if self.canon is sort_rows and w > MAX_SORTED_WIDTH:
-            return self.find_any_order(flat, least)
-        windows = np.lib.stride_tricks.sliding_window_view(flat, w)
-        for start in range(0, len(windows), CHUNK):
-            C = self.canon(windows[start: start + CHUNK])
-            h = C @ self.weights
-            tol = self.hash_tol * (1.0 + np.abs(h)) if self.canon is exact or self.canon is sort_rows \
-                else np.full_like(h, self.hash_tol)
-            lo, count = within(self.sorted, h, tol)
-            hit = self.verify(C, lo, count, least)
-            if hit is not None:
-                return hit
-        return None
-
-    def verify(self, C: np.ndarray, lo: np.ndarray, count: np.ndarray, least: float,
-               block: int = 1 << 16) -> str | None:
-        """Compare each window ``C[i]`` value by value with the ``count[i]`` patterns whose hash
-        lies near its own (sorted positions ``lo[i]`` on), all pairs at once in blocks: windows of
-        wide data sets have a few such candidates each, too many for a loop in Python."""
-        windows = np.flatnonzero(count > 0)
-        if not len(windows):
-            return None
-        n = count[windows]
-        pair_window = np.repeat(windows, n)
-        first = np.repeat(np.cumsum(n) - n, n)
-        pair_pattern = self.order[np.repeat(lo[windows], n) + np.arange(len(pair_window)) - first]
-        relative = self.canon in (exact, sort_rows)
-        for b in range(0, len(pair_window), block):
-            w, r = pair_window[b:b + block], pair_pattern[b:b + block]
-            pats = self.patterns[r]
-            scale = 1.0 + np.abs(pats) if relative else 1.0
-            ok = (np.abs(C[w] - pats) <= self.tol * scale).all(axis=1) & (self.margin[r] >= least)
-            if ok.any():
-                return self.what[r[np.argmax(ok)]]
-        return None
-
-
-    def find_any_order(self, flat: np.ndarray, least: float) -> str | None:
-        """``find`` for wide rows in any order (images: 784 values) without sorting every window,
-        which costs O(n w log w): a window can hold a row's values only if its sum and sum of
-        squares, taken over all windows at once by cumulative sums (O(n)), match the row's
-        within the tolerance; only those windows are sorted and compared value by value."""
-        w = self.width
-        x = flat.astype(np.float64)
-        gaps = np.isnan(x)  # (a window holding a NaN matches nothing; its sums are set to NaN)
-        x = np.where(gaps, 0.0, x)
-        c1 = np.concatenate([[0.0], np.cumsum(x)])
-        c2 = np.concatenate([[0.0], np.cumsum(x * x)])
-        s1, s2 = c1[w:] - c1[:-w], c2[w:] - c2[:-w]
-        if gaps.any():
-            cg = np.concatenate([[0], np.cumsum(gaps)])
-            s1[cg[w:] > cg[:-w]] = np.nan
-        p1, p2, bound, order = self.p1, self.p2, self.bound, self.p1_order
-        slack = 1e-12 * (np.abs(c1[-1]) + np.abs(c2[-1]) + w)  # rounding of the cumulative sums
-        lo, count = within(self.p1_sorted, s1, np.full_like(s1, bound.max() + slack))
-        for i in np.flatnonzero(count):
-            for r in order[lo[i]:lo[i] + count[i]]:
-                close = abs(s1[i] - p1[r]) <= bound[r] + slack and self.margin[r] >= least
-                if close and abs(s2[i] - p2[r]) <= 2 * bound[r] * (1 + np.abs(self.patterns[r]).max()) + slack:
-                    window = np.sort(flat[i:i + w])
-                    if (np.abs(window - self.patterns[r]) <= self.tol * (1.0 + np.abs(self.patterns[r]))).all():
-                        return self.what[r]
-        return None
-
-
 def row_bits(values: np.ndarray) -> np.ndarray:
     """(n,) what each row of ``values`` (n, d) says: the sum over its observed values of their
     self-information within their column."""
@@ -422,11 +280,6 @@ def window_resolution(win: np.ndarray) -> np.ndarray:
     for d in range(12, -1, -1):  # coarsest last: the fewest decimals that hold a window win
         steps[holds(win, d).all(axis=1)] = 10.0 ** -d
     return steps[:, None]
-
-
-def both_signs(windows: np.ndarray, canon: Callable) -> np.ndarray:
-    """Canonical patterns of raw windows and of their negations (a * x + b with a < 0)."""
-    return np.concatenate([canon(windows), canon(-windows)])
 
 
 class ClientPatterns:

@@ -5,9 +5,9 @@ nothing else.
 Each client adds its arrays times its share of the rows (``fraction`` = its own rows / the
 round's rows, at most 1, which keeps values inside SecAgg+'s range; the client computes it from
 its own row count, ``own_fraction``, the server only announces the round's total and cohort)
-and, per group of arrays it trained (an F-CM module; FedAvg: all of them), that fraction; the
-server divides each summed array by its group's summed fraction. With every client active this
-is FedAvg's weighted mean; with dropouts, the mean over the survivors; with module-wise training,
+and, per group of arrays it trained (an F-CM module), that fraction; the server divides each
+summed array by its group's summed fraction. With every client active this is FedAvg's weighted
+mean; with dropouts, the mean over the survivors; with module-wise training,
 the module-wise mean.
 """
 

@@ -42,7 +42,7 @@ from fedpgm.federation.contract import (NOTHING, Array, Choice, Columns, Contrac
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 from fedpgm.federation.secret import row_tokens
 from fedpgm.fedpc import defaults
-from fedpgm.fedpc.trees import Expert, expert_message
+from fedpgm.fedpc.experts import Expert, expert_message
 
 
 def warm_up(folder: Path) -> None:
@@ -265,7 +265,7 @@ def loglik(request: Message, ctx: ClientContext) -> Message:
 
 @HANDLERS.train("fit_tree", FIT_TREE)
 def fit_tree(request: Message, ctx: ClientContext) -> Message:
-    """FC[DT]: this client's expert (bagged or boosted trees, ``fedpc.trees``) on its columns and
+    """FC[DT]: this client's expert (bagged or boosted trees, ``fedpc.experts``) on its columns and
     labelled rows, and with ``reference_columns`` a second one on those (shared) columns only, as
     arrays."""
     cfg = request.config

@@ -73,20 +73,15 @@ class FederatedPC(FederatedEstimator):
         self.seed = seed
 
     def _fit(self, partition: Partition, **fit_params: Any) -> tuple[FedPC, dict]:
-        from fedpgm.fedpc.experiment import FitSettings, fit_flower, fit_inprocess
+        from fedpgm.fedpc.experiment import FitSettings, fit_federated
 
         settings = FitSettings(split=partition.split, clients=len(partition.clients), clusters=self.clusters,
                                glue=self.glue, products=self.products, learner=self.learner,
                                params=dict(self.params or {}), backend=self.backend, seed=self.seed,
                                centralized=False, timeout=self.timeout, min_clients=self.min_clients,
                                align=self.align)
-        if self.backend == "inprocess":
-            model, fed = fit_inprocess(partition, settings)
-            fed.close()  # the model is assembled at the server: the clients are no longer needed
-        else:
-            _, _, _, fitted = fit_flower(partition, None, settings, keep_model=True)
-            assert isinstance(fitted, FedPC)  # (keep_model, method fedpc)
-            model = fitted
+        _, model = fit_federated(partition, None, settings)
+        assert isinstance(model, FedPC)  # (method "fedpc")
         return model, model.info
 
     # -- queries (X: a DataFrame with the schema's names, or an array in schema order) ----------

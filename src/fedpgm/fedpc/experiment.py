@@ -25,10 +25,10 @@ from fedpgm.data import images
 from fedpgm.data import partition
 from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
-from fedpgm.federation import InProcessFederation
 from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
+from fedpgm.federation.runner import run
 from fedpgm.metrics import classification
 from fedpgm.fedpc import defaults
 from fedpgm.fedpc.client import warm_up
@@ -113,35 +113,45 @@ def evaluate(model_ll: np.ndarray, proba: np.ndarray | None, ds: Dataset) -> dic
     return out
 
 
-def fit_inprocess(part, settings: FitSettings, mode: str = "processes") -> tuple[FedPC, "InProcessFederation"]:
-    fed = InProcessFederation(part, HANDLERS, mode=mode, timeout=settings.timeout)
-    try:
-        return fit_fedpc(fed, **settings.fit_args()), fed
-    except BaseException:
-        fed.close()
-        raise
-
-
-def flower_procedure(fed, fit: dict, test: str | None, columns: list[str], target: str | None = None,
+def server_procedure(fed, fit: dict, test: str | None, columns: list[str], target: str | None = None,
                      out: str | None = None, method: str = "fedpc") -> dict:
-    """Runs inside the Flower ServerApp: fit (FedPC, or FC[DT] with ``method`` "fcdt"), evaluate
-    the test rows in ``test`` (npz with ``X``, one column per name in ``columns``; None: no
-    evaluation), save."""
+    """The server's side on every backend (``fedpgm.federation.runner``): fit (FedPC, or FC[DT]
+    with ``method`` "fcdt"), save to ``out``, evaluate the test rows in ``test`` (npz with ``X``,
+    one column per name in ``columns``; None: no evaluation). ``finish_seconds``: saving and
+    evaluating, which a run's wall time leaves out."""
     import pandas as pd
 
     model = fit_fcdt(fed, **fit) if method == "fcdt" else fit_fedpc(fed, **fit)
-    result = {"info": model.info}
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {"info": model.info}
     if out is not None:
         model.save(out)
-    if test is None:
-        return result
-    with np.load(test, allow_pickle=False) as z:
-        X = pd.DataFrame(z["X"], columns=columns)
-    if isinstance(model, FedPC):
-        result["test_ll"] = model.log_likelihood(X).tolist()
-    if target is not None:
-        result["proba"] = model.predict_proba(X, target).tolist()
+    if test is not None:
+        with np.load(test, allow_pickle=False) as z:
+            X = pd.DataFrame(z["X"], columns=columns)
+        if isinstance(model, FedPC):  # (FC[DT] is a classifier)
+            result["test_ll"] = model.log_likelihood(X).tolist()
+        if target is not None:
+            result["proba"] = model.predict_proba(X, target).tolist()
+    result["finish_seconds"] = time.perf_counter() - t0
     return result
+
+
+def fit_federated(part, ds: Dataset | None, settings: FitSettings, method: str = "fedpc",
+                  mode: str = "processes") -> tuple[dict, FedPC | TreeCircuit]:
+    """Fit on ``settings.backend`` (``server_procedure``): (its result, with ``test_ll`` (FedPC)
+    and ``proba`` on ``ds.test`` where ``ds`` is given; the model read back from its files).
+    ``mode``: the in-process federation's."""
+    with private_tempdir("fedpgm-fedpc-") as tmp:
+        fit = fcdt_args(settings) if method == "fcdt" else settings.fit_args()
+        args: dict[str, Any] = {"fit": fit, "test": None, "columns": [], "target": None,
+                                "out": str(tmp / "model"), "method": method}
+        if ds is not None:
+            np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
+            args.update(test=str(tmp / "test.npz"), columns=ds.schema.names, target=ds.schema.label)
+        result = run(part, "fedpc", "fedpc", args, backend=settings.backend, timeout=settings.timeout, mode=mode)
+        model = (TreeCircuit if method == "fcdt" else FedPC).load(tmp / "model")
+    return result, model
 
 
 def image_cells(settings: FitSettings, ds: Dataset) -> FitSettings:
@@ -166,19 +176,12 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
         settings = image_cells(settings, ds)
     label = ds.schema.label
     wall = time.perf_counter()
-    model: FedPC | None
-    if settings.backend == "inprocess":
-        model, fed = fit_inprocess(part, settings, mode)
-        with fed:
-            wall = time.perf_counter() - wall
-            ll = model.log_likelihood(ds.test)
-            proba = model.predict_proba(ds.test) if label else None
-        info = model.info
-    else:
-        info, flower_ll, proba, fitted = fit_flower(part, ds, settings, keep_model=out is not None)
-        wall = time.perf_counter() - wall
-        assert flower_ll is not None and (fitted is None or isinstance(fitted, FedPC))  # (a FedPC, evaluated)
-        ll, model = flower_ll, fitted
+    result, fitted = fit_federated(part, ds, settings, mode=mode)
+    wall = time.perf_counter() - wall - result["finish_seconds"]
+    assert isinstance(fitted, FedPC)  # (method "fedpc")
+    model, info = fitted, result["info"]
+    ll = np.asarray(result["test_ll"])
+    proba = np.asarray(result["proba"]) if label else None
     comm = info["communication"]
     report = {"dataset": ds.name, "split": settings.split, "clients": settings.clients,
               "backend": settings.backend, "seed": settings.seed, "settings": asdict(settings),
@@ -224,18 +227,13 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     if ds.schema.label is None:
         raise FedpgmError(f"FC[DT] is a classifier; {ds.name} has no label (choose one with --label)")
     check_backend(settings.backend)
-    args = fcdt_args(settings)
+    fcdt_args(settings)  # (its parameters checked before the partition is made)
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     wall = time.perf_counter()
-    if settings.backend == "inprocess":
-        with InProcessFederation(part, HANDLERS, timeout=settings.timeout) as fed:
-            model = fit_fcdt(fed, **args)
-        wall = time.perf_counter() - wall
-    else:  # the model is fitted in the ServerApp's process and read back from its folder
-        _, _, _, fitted = fit_flower(part, ds, settings, keep_model=True, method="fcdt")
-        wall = time.perf_counter() - wall
-        assert isinstance(fitted, TreeCircuit)  # (keep_model)
-        model = fitted
+    result, fitted = fit_federated(part, None, settings, method="fcdt")
+    wall = time.perf_counter() - wall - result["finish_seconds"]
+    assert isinstance(fitted, TreeCircuit)  # (method "fcdt")
+    model = fitted
     comm = model.info["communication"]
     label = ds.schema.label
     report = {"dataset": ds.name, "split": settings.split, "clients": settings.clients, "backend": settings.backend,
@@ -255,33 +253,3 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     if out is not None:
         model.save(out)
     return model, report
-
-
-def fit_flower(part, ds: Dataset | None, settings: FitSettings, keep_model: bool = False, method: str = "fedpc"
-               ) -> tuple[dict, np.ndarray | None, np.ndarray | None, FedPC | TreeCircuit | None]:
-    """The same fit on a loopback Flower deployment (SuperLink + one SuperNode per client, or
-    the Simulation Runtime with ``backend="simulation"``):
-    the fit's info, test log-likelihoods (FedPC only) and class probabilities on ``ds.test``
-    (None without ``ds``) and, with ``keep_model``, the model (saved by the ServerApp, read back
-    here)."""
-    from fedpgm.federation.deploy import LoopbackDeployment
-
-    with private_tempdir("fedpgm-fedpc-") as tmp:
-        tmp = Path(tmp)
-        part.write(tmp / "partition")
-        fit = fcdt_args(settings) if method == "fcdt" else settings.fit_args()
-        args: dict[str, Any] = {"fit": fit, "test": None, "columns": [], "target": None,
-                "out": str(tmp / "model") if keep_model else None, "method": method}
-        if ds is not None:
-            np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
-            args.update(test=str(tmp / "test.npz"), columns=ds.schema.names, target=ds.schema.label)
-        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower",
-                                simulation=settings.backend == "simulation") as dep:
-            result = dep.run("fedpgm.fedpc.experiment:flower_procedure", HANDLERS, args,
-                             timeout=max(1800.0, 4 * settings.timeout), exchange_timeout=settings.timeout)
-        model = (TreeCircuit if method == "fcdt" else FedPC).load(tmp / "model") if keep_model else None
-    ll = np.asarray(result["test_ll"]) if "test_ll" in result else None
-    proba = np.asarray(result["proba"]) if "proba" in result else None
-    return result["info"], ll, proba, model
-
-

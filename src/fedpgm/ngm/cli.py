@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from fedpgm.cli_common import (DataDir, Force, Keep, Label, Missing, SchemaFile, Seed, Timeout, check_timeout, console,
-                               finish, prepare_outputs, one_of, stages, write_table)
+from fedpgm.cli_common import (Backend, DataDir, Force, Keep, Label, Missing, SchemaFile, Seed, Timeout, check_timeout,
+                               console, finish, prepare_outputs, one_of, stages, write_table)
 from fedpgm.errors import FedpgmError
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 
@@ -42,6 +42,7 @@ def fit(
     epochs: Annotated[int, typer.Option(help="Most training epochs per NGM (early stopping)")] = 200,
     hidden: Annotated[int, typer.Option(help="Hidden units per layer")] = 64,
     lam: Annotated[float, typer.Option(help="Weight of the graph penalty")] = 0.1,
+    backend: Backend = "inprocess",
     timeout: Timeout = 3600.0,
     seed: Seed = 0,
     data_dir: DataDir = None,
@@ -74,12 +75,13 @@ def fit(
         ngm=NGMSettings(epochs=epochs, hidden=hidden, lam=lam, seed=seed,
                         revealer=graph == "ngr", sparsity=sparsity),
         seed=seed, data_dir=str(data_dir) if data_dir else None, label=label,
-        schema=str(schema) if schema else None, missing=missing, keep=keep or [], timeout=check_timeout(timeout))
+        schema=str(schema) if schema else None, missing=missing, keep=keep or [], timeout=check_timeout(timeout),
+        backend=backend)
     if not settings.targets:
         raise FedpgmError(f"name at least one --target (or a --label) for {dataset}")
     outputs = prepare_outputs(out, force, json=json_out)
     check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
-    with outputs, stages(f"FedNGM on {dataset}, {clients} clients") as update:
+    with outputs, stages(f"FedNGM on {dataset}, {clients} clients ({backend})") as update:
         model, report = run_ngm(settings, out, plot, progress=lambda text: update(description=f"FedNGM: {text}"))
         finish("ngm fit", report, json_out, settings=asdict(settings), show=False)
     if not report["released"]:

@@ -33,10 +33,9 @@ from fedpgm.federation.estimator import FederatedEstimator
 from fedpgm.ngm.defaults import SOFT_TARGETS
 from fedpgm.ngm.graph import GRAPH_METHODS
 from fedpgm.ngm.layout import numeric
-from fedpgm.ngm.model import NGM, NGMSettings
+from fedpgm.ngm.model import NGM
 from fedpgm.ngm.server import ALLOCATIONS
 
-HANDLERS = "fedpgm.ngm.client:HANDLERS"
 NGM_PARAMS = ("hidden", "layers", "lam", "lr", "epochs", "batch_size", "patience")  # NGMSettings'
 
 
@@ -104,32 +103,15 @@ class FederatedNGM(FederatedEstimator):
                 "ngm": ngm}
 
     def _fit(self, partition: Partition, **fit_params: Any) -> tuple[NGM, dict]:
-        args = self.fit_args()
-        if self.backend == "inprocess":
-            from fedpgm.federation import InProcessFederation
-            from fedpgm.ngm.server import fit_fedngm
+        from fedpgm.federation.lifecycle import private_tempdir
+        from fedpgm.federation.runner import run
 
-            settings = NGMSettings.from_dict(args.pop("ngm"))
-            with InProcessFederation(partition, HANDLERS, timeout=self.timeout) as fed:
-                result = fit_fedngm(fed, settings=settings, **args)
-            released, refusal, info, model = result.released, result.refusal, result.info, result.global_model
-        else:
-            from fedpgm.federation.deploy import LoopbackDeployment
-            from fedpgm.federation.lifecycle import private_tempdir
-
-            with private_tempdir("fedpgm-ngm-") as tmp:
-                tmp = Path(tmp)
-                partition.write(tmp / "partition")
-                with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower",
-                                        simulation=self.backend == "simulation") as dep:
-                    out = dep.run("fedpgm.ngm.experiment:flower_procedure", HANDLERS,
-                                  {"settings": args, "out": str(tmp / "model")},
-                                  timeout=max(1800.0, 4 * self.timeout), exchange_timeout=self.timeout)
-                released, refusal, info = out["released"], out["refusal"], out["info"]
-                model = NGM.load(tmp / "model") if released else None
-        if not released or model is None:
-            raise FedpgmError(f"no global NGM: {refusal}")
-        return model, info
+        with private_tempdir("fedpgm-ngm-") as tmp:
+            out = run(partition, "ngm", "ngm", {"settings": self.fit_args(), "out": str(tmp / "model")},
+                      backend=self.backend, timeout=self.timeout)
+            if not out["released"]:
+                raise FedpgmError(f"no global NGM: {out['refusal']}")
+            return NGM.load(tmp / "model"), {**out["info"], "communication": out["communication"]}
 
     # -- queries (X: a DataFrame holding any subset of the model's columns, NaN = unknown) ------
     def predict_proba(self, X: pd.DataFrame, target: str) -> np.ndarray:

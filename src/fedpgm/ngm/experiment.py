@@ -8,8 +8,8 @@ client draws its rows without replacement, rows of its skew group weighted ``alp
 rest; each client keeps 80% for training and 20% for its test set. A client holds the shared
 features plus its withheld one (the feature stitching adds back).
 
-``run_ngm(settings)`` runs FedNGM through the runtime (privacy audit on), trains the global NGM
-on samples only and on samples plus public-train, a centralized NGM on the pooled client rows,
+``run_ngm(settings)`` runs FedNGM through the runtime on any backend (privacy audit on), trains the
+global NGM on samples only and on samples plus public-train, a centralized NGM on the pooled client rows,
 stitches each client, and reports each model's metrics on each client's test set and on
 public-test for the targets, with the paper's comparisons and wall times. Only the clients
 that hold a withheld feature stitch; with nothing withheld the report has no stitching.
@@ -19,25 +19,28 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fedpgm.data import ClientData, load_dataset
+from fedpgm.data import ClientData, Partition, load_dataset
 from fedpgm.data.dataset import Dataset
+from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.federation import InProcessFederation
+from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
+from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.federation.privacy import PrivacyAudit
+from fedpgm.federation.runner import run
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
-from fedpgm.ngm.graph import plot_graphs
+from fedpgm.ngm.graph import from_edges, plot_graphs
 from fedpgm.ngm.metrics import target_metrics
 from fedpgm.ngm.model import NGM, NGMSettings
 from fedpgm.ngm.server import check_settings, distil, fit_fedngm
 
-HANDLERS = "fedpgm.ngm.client:HANDLERS"
 SKEW = re.compile(r"^(?P<col>[^=!<>]+?)\s*(?P<op>==|=|!=|>=|<=|>|<)\s*(?P<value>.+)$")
 ADULT_DEFAULTS = {"skew": ["sex=Female", "race!=White", "age>=50"],
                   "withhold": ["capital-gain", "capital-loss", "hours-per-week"],
@@ -71,6 +74,7 @@ class ExperimentSettings:
     missing: str | None = None
     keep: list[str] = field(default_factory=list)
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
+    backend: str = "inprocess"  # where the federation runs (``fedpgm.federation.runner``)
 
 
 def skew_mask(frame: pd.DataFrame, ds: Dataset, spec: str) -> np.ndarray:
@@ -192,6 +196,7 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     say = progress or (lambda text: None)
     t0 = time.perf_counter()
     check_settings(s.clients, s.min_clients, s.graph, s.allocation)
+    check_backend(s.backend)
     ds, public_train, public_test, clients, shared = build_federation(s)
     settings = NGMSettings.from_dict({**s.ngm.__dict__, "seed": s.seed})
     for y in s.targets:
@@ -199,44 +204,53 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
             raise FedpgmError(f"target '{y}' is not a shared feature; shared features are {shared}")
     times = {"split": time.perf_counter() - t0}
     audit = PrivacyAudit.beside_policies(clients)
-    with InProcessFederation(clients, HANDLERS, mode=mode, audit=audit, timeout=s.timeout) as fed:
-        say("clients: graphs, local NGMs; server: merge, sample, distil")
+    samples = int(s.samples_factor * sum(len(c.train) for c in clients))
+    holders = [c.client_id for c in clients[:len(s.withhold)]]  # client k holds withheld feature k
+    fit = {"graph_method": s.graph, "sparsity": s.sparsity, "min_clients": s.min_clients, "samples": samples,
+           "allocation": s.allocation, "seed": s.seed, "sweeps": s.gibbs_sweeps, "soft": s.soft_targets,
+           "ngm": asdict(settings)}
+    say(f"clients: graphs, local NGMs; server: merge, sample, distil{'; stitching' if holders else ''} "
+        f"({s.backend})")
+    full = Schema(tuple({f.name: f for c in clients for f in c.schema.features}.values()))
+    with private_tempdir("fedpgm-ngm-") as tmp:
         t = time.perf_counter()
-        samples = int(s.samples_factor * sum(len(c.train) for c in clients))
-        result = fit_fedngm(fed, s.graph, s.sparsity, settings, s.min_clients, samples=samples,
-                            allocation=s.allocation, seed=s.seed, sweeps=s.gibbs_sweeps, soft=s.soft_targets)
-        times["fedngm"] = time.perf_counter() - t
-        report = {"dataset": ds.name, "seed": s.seed, "clients": fed.clients, "shared_features": shared,
-                  "withheld": dict(zip(fed.clients, s.withhold)), "skew": dict(zip(fed.clients, s.skew)),
+        # stitching adds a withheld feature back: none withheld, nothing to stitch
+        args = {"settings": fit, "out": str(tmp / "global"), "clients_out": str(tmp / "clients"),
+                "stitch": {"clients": holders, "targets": s.targets} if holders else None}
+        result = run(Partition("hybrid", full, clients, dataset=ds.name), "ngm", "ngm", args, backend=s.backend,
+                     timeout=s.timeout, mode=mode, audit=audit)
+        times["fedngm"] = time.perf_counter() - t - result.get("stitch_seconds", 0.0)
+        if "stitch_seconds" in result:
+            times["stitch"] = result["stitch_seconds"]
+        report = {"dataset": ds.name, "seed": s.seed, "backend": s.backend, "clients": [c.client_id for c in clients],
+                  "shared_features": shared, "withheld": dict(zip([c.client_id for c in clients], s.withhold)),
+                  "skew": dict(zip([c.client_id for c in clients], s.skew)),
                   "rows": {c.client_id: {"train": len(c.train), "test": 0 if c.test is None else len(c.test)}
                            for c in clients}
                   | {"public-train": len(public_train), "public-test": len(public_test)},
-                  "released": result.released, "refusal": result.refusal, "fedngm": result.info,
-                  "graph": s.graph, "ngm_settings": settings.__dict__}
-        if result.global_model is None:  # (not released)
+                  "released": result["released"], "refusal": result["refusal"], "fedngm": result["info"],
+                  "graph": s.graph, "ngm_settings": settings.__dict__,
+                  "privacy_audit_messages": audit.checked,  # (in-process; a Flower client audits its own)
+                  "bytes_up": result["communication"]["bytes_up"],
+                  "bytes_down": result["communication"]["bytes_down"]}
+        if not result["released"]:
             report["wall_seconds"] = times
             return None, report
-        global_model = result.global_model
-        stitched = {}
-        holders = [c.client_id for c in clients[:len(s.withhold)]]  # client k holds withheld feature k
-        if holders:  # stitching adds a withheld feature back: none withheld, nothing to stitch
-            say("stitching each client's withheld feature")
-            t = time.perf_counter()
-            replies = fed.broadcast("stitch", config={"targets": s.targets}, clients=holders).require_all()
-            stitched = {c: m.config["metrics"] for c, m in replies.items()}
-            times["stitch"] = time.perf_counter() - t
-        report["privacy_audit_messages"] = audit.checked
-        report["bytes_up"], report["bytes_down"] = fed.ledger.totals()["bytes_up"], fed.ledger.totals()["bytes_down"]
+        global_model = NGM.load(tmp / "global")
+        client_models = {c.client_id: NGM.load(tmp / "clients" / c.client_id) for c in clients
+                         if (tmp / "clients" / c.client_id).is_dir()}
+    stitched = result.get("stitched", {})
+    merged = global_model.graph
     say("global NGM on samples + public-train; centralized NGM")
     t = time.perf_counter()
-    with_public, _ = distil(result.client_models, result.info["n_rows"], result.merged, settings,
+    with_public, _ = distil(client_models, result["info"]["n_rows"], merged, settings,
                             samples, s.allocation, public_train, s.seed, s.gibbs_sweeps, s.soft_targets)
     times["global_public"] = time.perf_counter() - t
     t = time.perf_counter()
     pooled = pd.concat([c.train[shared] for c in clients])
-    central = NGM.fit(pooled, global_model.schema, result.merged, settings)
+    central = NGM.fit(pooled, global_model.schema, merged, settings)
     times["centralized"] = time.perf_counter() - t
-    models = {**result.client_models, "global": global_model, "global+public": with_public,
+    models = {**client_models, "global": global_model, "global+public": with_public,
               "centralized": central}
     tests = {c.client_id: c.test for c in clients} | {"public-test": public_test}
     say("evaluating every model on every test set")
@@ -249,22 +263,38 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
                   off_graph_share_max={m: float(model.off_graph_share().max()) for m, model in models.items()},
                   wall_seconds=times)
     if plot_dir is not None:
-        plot_graphs({**{c: g.subgraph(shared) for c, g in result.client_graphs.items()},
-                     "merged": result.merged}, Path(plot_dir) / "ngm_graphs.png")
+        graphs = {c.client_id: from_edges(c.schema.names, result["client_graphs"][c.client_id]).subgraph(shared)
+                  for c in clients if c.client_id in result["client_graphs"]}
+        plot_graphs({**graphs, "merged": merged}, Path(plot_dir) / "ngm_graphs.png")
     if out is not None:
         global_model.save(out)
     return global_model, report
 
 
-
-
-def flower_procedure(fed, settings: dict, out: str | None = None) -> dict:
-    """Runs inside the Flower ServerApp: ``fit_fedngm`` with ``settings`` (its keywords; the NGM
-    settings under ``"ngm"``); the global model is saved to ``out``."""
+def server_procedure(fed, settings: dict, out: str | None = None, clients_out: str | None = None,
+                     stitch: dict | None = None) -> dict:
+    """The server's side on every backend (``fedpgm.federation.runner``): ``fit_fedngm`` with
+    ``settings`` (its keywords; the NGM settings under ``"ngm"``); the global model saved to
+    ``out``, each client's model to ``clients_out/<client>``; with ``stitch`` ({"clients",
+    "targets"}), those clients stitch the released model and reply with its metrics."""
     kwargs = dict(settings)
     ngm = NGMSettings.from_dict(kwargs.pop("ngm", {}))
     result = fit_fedngm(fed, settings=ngm, **kwargs)
     if out is not None and result.global_model is not None:
         result.global_model.save(out)
-    return {"released": result.released, "refusal": result.refusal, "info": result.info,
-            "merged_edges": sorted(sorted(e) for e in result.merged.edges())}
+    if clients_out is not None:
+        for client, model in result.client_models.items():
+            model.save(Path(clients_out) / client)
+    def edges(graph) -> list:
+        return sorted(sorted(e) for e in graph.edges())
+
+    reply: dict[str, Any] = {"released": result.released, "refusal": result.refusal, "info": result.info,
+                             "merged_edges": edges(result.merged),
+                             "client_graphs": {c: edges(g) for c, g in result.client_graphs.items()}}
+    if stitch and result.released:
+        t0 = time.perf_counter()
+        replies = fed.broadcast("stitch", config={"targets": stitch["targets"]},
+                                clients=stitch["clients"]).require_all()
+        reply.update(stitched={c: m.config["metrics"] for c, m in replies.items()},
+                     stitch_seconds=time.perf_counter() - t0)
+    return reply
