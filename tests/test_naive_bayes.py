@@ -10,7 +10,7 @@ from sklearn.naive_bayes import GaussianNB
 from fedpgm.data import load_dataset, partition
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation import ClientFailed, InProcessFederation
-from fedpgm.naive_bayes import fit_naive_bayes, predict_proba, run
+from fedpgm.naive_bayes import fit_naive_bayes, fit_report, predict_proba
 
 HANDLERS = "fedpgm.naive_bayes:HANDLERS"
 
@@ -58,7 +58,7 @@ def test_each_client_keeps_classes_too_small_for_its_policy(cancer):
 @pytest.mark.slow
 def test_the_command_on_both_backends_gives_one_model(cli, cancer, tmp_path, read_report):
     _, _, folder = cancer
-    local = run(folder, "inprocess")
+    local = fit_report(folder, "inprocess")
     code, _, err = cli("federation", "naive-bayes", folder, "--backend", "flower", "--json", tmp_path / "r.json")
     assert code == 0, err
     report = read_report(tmp_path / "r.json", "federation naive-bayes")

@@ -6,9 +6,10 @@ and has the exact pooled class priors, means and variances, i.e. scikit-learn's
 ``GaussianNB`` fitted on the pooled table. A class with fewer rows at a client than the
 client's own ``policy.min_rows`` is not sent (its sums would reveal those rows).
 
-The four parts every family has: a client ``HandlerSet`` (registered in
-``fedpgm.federation.apps`` so that SuperNodes may serve it), a server procedure that takes any
-federation, a report, and a command (``fedpgm federation naive-bayes``).
+The parts every family has: a client ``HandlerSet`` and a server procedure that takes any
+federation (both registered in ``fedpgm.federation.apps``, so that SuperNodes may serve them),
+an estimator that runs them on any backend (``fedpgm.federation.runner``), a report, and a
+command (``fedpgm federation naive-bayes``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from fedpgm.data.partition import Partition, read_partition
 from fedpgm.errors import FedpgmError
-from fedpgm.federation.base import Federation
+from fedpgm.federation.base import DEFAULT_TIMEOUT_S, Federation
+from fedpgm.federation.estimator import FederatedEstimator
+from fedpgm.federation.runner import run
 from fedpgm.federation.codec import Message
 from fedpgm.data.policy import PolicyRefusal
 from fedpgm.federation.contract import Column, Columns, Contract
@@ -83,28 +87,44 @@ def predict_proba(model: dict, X) -> np.ndarray:
     return p / p.sum(axis=1, keepdims=True)
 
 
+# -- the estimator: the family's one front door (scikit-learn's conventions, any backend) --------
+class FederatedNaiveBayes(FederatedEstimator):
+    """Gaussian naive Bayes across a horizontal federation's clients (``fit(partition)``), on
+    ``backend`` (``fedpgm.federation.runner``); ``model_``: priors, means and variances."""
+
+    def __init__(self, backend: str = "inprocess", timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.backend = backend
+        self.timeout = timeout
+
+    def _fit(self, partition: Partition, **fit_params: Any) -> tuple[dict, dict]:
+        label = partition.schema.label
+        if partition.split != "horizontal" or label is None:
+            raise FedpgmError("naive Bayes needs a horizontal partition with a label (fedpgm partition --split "
+                              "horizontal on a labelled dataset)")
+        columns = [f.name for f in partition.schema.features if f.kind == "continuous"]
+        args = {"label": label, "columns": columns, "n_classes": partition.schema[label].cardinality}
+        model = run(partition, "naive_bayes", "naive_bayes", args, backend=self.backend, timeout=self.timeout)
+        return model, {"communication": model.pop("communication")}
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(rows, classes) p(class | the model's columns of X)."""
+        return predict_proba(self._check(), X)
+
+
 # -- the run a command reports: partition folder -> fit on a backend -> metrics ----------------
-def run(partition_dir, backend: str = "inprocess") -> dict:
+def fit_report(partition_dir, backend: str = "inprocess") -> dict:
     """Fit across the clients of ``partition_dir`` on ``backend``; the accuracy on the clients'
     test files. Returns the flat result a report is made of (``fedpgm.report``)."""
     import pandas as pd
 
-    from fedpgm.data import read_partition
-    from fedpgm.federation.runner import run as run_federated
-
+    estimator = FederatedNaiveBayes(backend).check_params()
     part = read_partition(partition_dir)
-    label = part.schema.label
-    if part.split != "horizontal" or label is None:
-        raise FedpgmError("naive Bayes needs a horizontal partition with a label (fedpgm partition --split "
-                          "horizontal on a labelled dataset)")
-    columns = [f.name for f in part.schema.features if f.kind == "continuous"]
-    args: dict[str, Any] = {"label": label, "columns": columns, "n_classes": part.schema[label].cardinality}
-    model = run_federated(part, "naive_bayes", "naive_bayes", args, backend=backend)
-    result = {"dataset": part.dataset, "n_train": int(sum(model["n"])), "communication": model.pop("communication"),
+    model = estimator.fit(part).model_
+    result = {"dataset": part.dataset, "n_train": int(sum(model["n"])), "communication": estimator.communication_,
               "model": model}
     tests = [c.test for c in part.clients if c.test is not None]
     if tests:  # (the operator of a loopback deployment holds every client's files)
         test = pd.concat(tests)
-        result["accuracy"] = float((predict_proba(model, test).argmax(axis=1) == test[label].to_numpy()).mean())
+        result["accuracy"] = float((estimator.predict_proba(test).argmax(axis=1) == test[part.schema.label]).mean())
         result["n_test"] = len(test)
     return result

@@ -52,3 +52,22 @@ def test_fit_and_intervene_on_a_users_concept_table(cli, cancer_table, tmp_path,
                           (("--client-concepts", manifest, "--clients", "3"), "--clients 3 differs")]:
         code, _, err = cli("concepts", "fit", f"csv:{csv}", "--task", "diagnosis", *args, "--json", tmp_path / "x.json")
         assert code == 2 and message in err and not (tmp_path / "x.json").exists()
+
+
+def test_bad_settings_fail_before_the_table_is_read(cli, cancer_table, tmp_path, monkeypatch):
+    """Every setting is checked before a user's table is read: the reader fails the test if called."""
+    import fedpgm.concepts.cli
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the table was read before the settings were checked")
+
+    monkeypatch.setattr(fedpgm.concepts.cli, "table_data", no_data)
+    csv, manifest = cancer_table
+    for args, message in ((("--lr", "0"), "the learning rate must be positive"),
+                          (("--per-round", "9"), "--per-round 9 exceeds --clients 4"),
+                          (("--secure-aggregation",), "runs on the Flower backend only"),
+                          (("--regime", "local", "--backend", "flower"), "trains in one place")):
+        code, _, err = cli("concepts", "fit", f"csv:{csv}", "--task", "diagnosis", "--client-concepts", manifest,
+                           *args, "--json", tmp_path / "x.json")
+        assert code == 2 and message in err.splitlines()[-1], (args, err)
+    assert not (tmp_path / "x.json").exists()

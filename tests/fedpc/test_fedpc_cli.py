@@ -112,3 +112,42 @@ def test_fedpc_fit_dense_images_reports_bits_per_pixel(cli, tmp_path, read_repor
         assert np.isfinite(value)
     code, out, err = cli("fedpc", "evaluate", str(tmp_path / "m"), "digits")
     assert code == 0 and f"{m['test_bpd']:.4f}" in out, err
+
+
+def test_bad_settings_fail_before_any_data_is_read(cli, tmp_path, monkeypatch):
+    """Every family setting is checked before the dataset is loaded (so before any worker starts):
+    the loader is replaced by one that fails the test if called."""
+    import fedpgm.data
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was read before the settings were checked")
+
+    monkeypatch.setattr(fedpgm.data, "load_dataset", no_data)
+    for args, message in ((("--threshold", "7"), "'threshold' parameter of LearnSPN"),
+                          (("--alpha", "-1"), "'alpha' parameter of LearnSPN"),
+                          (("--min-clients", "3"), "--min-clients must lie in 1..2"),
+                          (("--learner", "tree", "--max-depth", "0"), "max_depth"),
+                          (("--align", "psi", "--min-clients", "1"), "min_clients and PSI alignment do not mix"),
+                          (("--leaf", "magic"), "'magic' is not one of"),
+                          (("--learner", "magic"), "'learner' parameter of FederatedPC")):
+        code, _, err = cli("fedpc", "fit", "wine", "--split", "horizontal", "--clients", "2", *args, "--json", tmp_path / "r.json")
+        assert code == 2 and message in err.splitlines()[-1], (args, err)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_narrow_table_degrades_to_the_clients_its_columns_allow(cli, tmp_path, read_report):
+    """4 feature columns asked for 8 vertical clients: each of 4 clients holds one, with a note;
+    a hybrid split keeps a shared column and gives the other 3 one client each."""
+    from sklearn.datasets import load_iris
+
+    iris = load_iris(as_frame=True).frame
+    iris["target"] = iris["target"].map({0: "setosa", 1: "versicolor", 2: "virginica"})
+    iris.to_csv(tmp_path / "iris.csv", index=False)
+    for split, used in (("vertical", 4), ("hybrid", 3)):
+        code, _, err = cli("fedpc", "fit", f"csv:{tmp_path / 'iris.csv'}", "--label", "target", "--split", split,
+                           "--clients", "8", "--no-centralized", "--json", tmp_path / f"{split}.json")
+        assert code == 0, err
+        assert f"has columns for {used} {split} clients of their own, not 8; fitting with {used}" in err
+        r = read_report(tmp_path / f"{split}.json", "fedpc fit")
+        assert r["settings"]["clients"] == used and r["settings"]["clients_requested"] == 8, r
+        assert r["metrics"]["accuracy"] > 0.6  # three species (chance 0.33)

@@ -140,3 +140,19 @@ def test_fit_on_flower_and_the_simulation_runtime_equals_in_process(cli, read_re
     for c in ("client-0", "client-1"):
         a, b = details["inprocess"]["stitched"][c]["target"], details[backend]["stitched"][c]["target"]
         assert a["stitched"]["auc"] == pytest.approx(b["stitched"]["auc"], abs=1e-3)
+
+
+def test_bad_settings_fail_before_any_data_is_read(cli, tmp_path, monkeypatch):
+    """The loader is replaced by one that fails the test if called: every setting is checked first."""
+    import fedpgm.ngm.experiment
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was read before the settings were checked")
+
+    monkeypatch.setattr(fedpgm.ngm.experiment, "load_dataset", no_data)
+    for args, message in ((("--hidden", "0"), "hidden must be >= 1"),
+                          (("--sparsity", "2"), "'sparsity' parameter of FederatedNGM"),
+                          (("--min-clients", "9"), "--min-clients 9 must be between 1")):
+        code, _, err = cli("ngm", "fit", "wine", "--label", "target", *args, "--json", tmp_path / "r.json")
+        assert code == 2 and message in err.splitlines()[-1], (args, err)
+    assert not (tmp_path / "r.json").exists()

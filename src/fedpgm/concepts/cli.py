@@ -87,14 +87,14 @@ def fit(
     from fedpgm.concepts.federation import RoundSettings
     from fedpgm.concepts.models import save_model
     from fedpgm.concepts.train import TrainSettings
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     from fedpgm.concepts.data import read_manifest
     from fedpgm.files import check_output_folder
 
     outputs = prepare_outputs(out, force, json=json_out)
     check_output_folder(plot, force=True, option="--plot")  # plots replace same-named PNGs only
-    data, manifest = None, None
+    manifest = None
     table: dict[str, Any] = {}  # a csv: table's load arguments, kept with a saved model
     if dataset.startswith("csv:"):
         if rows is not None:
@@ -103,11 +103,8 @@ def fit(
             raise FedpgmError(f"{dataset}: name the task column with --task and each client's concept columns "
                               "with --client-concepts FILE.json")
         manifest = read_manifest(client_concepts)
-        table = {"dataset": dataset, "client_concepts": manifest, "seed": seed, "schema": schema and str(schema),
-                 "keep": keep or [], "inputs": [c.strip() for c in inputs.split(",") if c.strip()] if inputs else None}
-        data = table_data(task=task, **table)
-        network = data.network
         clients = len(manifest) if clients is None else clients  # (another number is refused)
+        network = dataset  # (the table's name once it is read)
     else:
         network = network_of(dataset)
         if client_concepts is not None or inputs is not None or schema is not None or keep:
@@ -125,6 +122,14 @@ def fit(
                                                 secure_aggregation=secure_aggregation))
     if protocol == "paper":
         settings = paper_protocol(settings)
+    settings.check()  # (before the table is read or the network sampled)
+    data = None
+    if manifest is not None and task is not None:  # (a csv: table names both, checked above)
+        table = {"dataset": dataset, "client_concepts": manifest, "seed": seed, "schema": schema and str(schema),
+                 "keep": keep or [], "inputs": [c.strip() for c in inputs.split(",") if c.strip()] if inputs else None}
+        data = table_data(task=task, **table)
+        network = data.network
+        settings = replace(settings, network=network)
     with stages(f"{model} {regime} on {network}", total=rounds) as update:
         fitted, report = run_fcm(settings, data, progress=lambda r, loss: update(
             completed=r, description=f"{model} {regime} on {network}: val task loss {loss:.3f}"))

@@ -27,8 +27,7 @@ import pandas as pd
 import torch
 from fedpgm.params import Interval, StrOptions
 
-from fedpgm.concepts.federation import (GRAPH_ROUNDS, GRAPH_VOTES, HANDLERS_PATH, X_PREFIX, RoundSettings, run_rounds,
-                                        split_table)
+from fedpgm.concepts.federation import (GRAPH_ROUNDS, GRAPH_VOTES, X_PREFIX, RoundSettings, split_table)
 from fedpgm.concepts.models import KINDS, ConceptModel, load_model, save_model
 from fedpgm.concepts.privacy import DP_SCOPES
 from fedpgm.concepts.train import TrainSettings
@@ -140,21 +139,14 @@ class FederatedCM(FederatedEstimator):
         cards = {f.name: f.cardinality for f in schema.features if not f.name.startswith(X_PREFIX)}
         val = (np.array(validation[inputs], dtype=np.float32), np.array(validation[task], dtype=np.int64))
         s = self.round_settings()
-        if self.backend == "inprocess":
-            if self.secure_aggregation:
-                raise FedpgmError("secure_aggregation runs on the Flower backend only (SecAgg+ needs separate "
-                                  "parties holding their own keys); use backend='flower'")
-            from fedpgm.federation import InProcessFederation
+        if self.secure_aggregation and self.backend == "inprocess":
+            raise FedpgmError("secure_aggregation runs on the Flower backend only (SecAgg+ needs separate "
+                              "parties holding their own keys); use backend='flower'")
+        from fedpgm.concepts.experiment import run_federated
 
-            with InProcessFederation(partition.clients, HANDLERS_PATH, timeout=self.timeout) as fed:
-                out = run_rounds(fed, initial, list(late), cards, task, len(inputs), val, s)
-                out["ledger"] = fed.ledger.totals()
-        else:
-            from fedpgm.concepts.experiment import run_flower
-
-            out = run_flower(partition.clients, initial, list(late), cards, task, len(inputs), val, s, self.timeout,
-                             simulation=self.backend == "simulation", dataset=partition.dataset)
-        info = {"communication": out["ledger"], "rounds": len(out["history"]),
+        out = run_federated(partition.clients, initial, list(late), cards, task, len(inputs), val, s, self.timeout,
+                            self.backend, partition.dataset)
+        info = {"communication": out["communication"], "rounds": len(out["history"]),
                 "val_task_loss": [h["val_task_loss"] for h in out["history"]], "joins": out["joins"],
                 "left_out": out.get("left_out", {}), "epsilon_spent": out.get("epsilon_spent", {}),
                 "categories": {f.name: list(f.states) for f in schema.features if f.name in cards},

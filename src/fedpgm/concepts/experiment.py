@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -38,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from fedpgm.concepts.data import ConceptData, make_concept_data
-from fedpgm.concepts.federation import (GRAPH, HANDLERS_PATH, X_PREFIX, RoundSettings, run_rounds,
+from fedpgm.concepts.federation import (GRAPH, X_PREFIX, RoundSettings, run_rounds,
                                         split_table, train_alone)
 from fedpgm.concepts.graphs import (aggregate, client_subgraphs, diff_pairs, from_edge_list, learn_graph, perturb,
                                    to_edge_list)
@@ -46,14 +45,13 @@ from fedpgm.concepts.models import ConceptModel, load_model, save_model
 from fedpgm.concepts.privacy import DP_SCOPES
 from fedpgm.concepts.train import TrainSettings, depths, evaluate
 from fedpgm.data.partition import ClientData, Partition
-from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.federation import InProcessFederation
 from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.federation.privacy import PrivacyAudit
+from fedpgm.federation.runner import run
 
 
 @dataclass
@@ -73,6 +71,30 @@ class FCMSettings:
     client_concepts: dict[str, list[str]] | None = None  # a user's table: each client's concept columns
     rounds: RoundSettings = field(default_factory=RoundSettings)
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
+
+    def check(self) -> "FCMSettings":
+        """``self`` when every setting holds, else a one-line ``FedpgmError``; run before any data
+        is drawn or read and before any worker starts."""
+        r = self.rounds
+        if r.regime not in ("centralized", "local", "static", "fcm", "reinit"):
+            raise FedpgmError(f"unknown regime '{r.regime}'; use centralized, local, static, fcm or reinit")
+        if check_backend(self.backend) != "inprocess" and r.regime not in ("static", "fcm", "reinit"):
+            raise FedpgmError(f"the {r.regime} regime trains in one place; --backend {self.backend} is for static, "
+                              "fcm, reinit")
+        if r.dp_scope not in DP_SCOPES:
+            raise FedpgmError(f"unknown DP scope '{r.dp_scope}'; use one of {DP_SCOPES}")
+        if not r.train.lr > 0:
+            raise FedpgmError(f"--lr {r.train.lr}: the learning rate must be positive (e.g. 1e-3)")
+        if self.centralized_graph not in CENTRALIZED_GRAPHS:
+            raise FedpgmError(f"centralized_graph must be one of {CENTRALIZED_GRAPHS}, got '{self.centralized_graph}'")
+        if r.per_round > self.clients:
+            raise FedpgmError(f"--per-round {r.per_round} exceeds --clients {self.clients}; lower it")
+        if r.secure_aggregation and self.backend == "inprocess":
+            raise FedpgmError("--secure-aggregation runs on the Flower backend only (SecAgg+ needs separate "
+                              "parties holding their own keys); add --backend flower")
+        if r.secure_aggregation and r.per_round < 2:
+            raise FedpgmError("--secure-aggregation needs at least 2 clients per round (3 to survive a dropout)")
+        return self
 
 
 # The paper's server steps and data (Fenoglio et al., Sec. 4.2.1, Alg. 1, App. B/D); LATE_SHIFT is
@@ -191,25 +213,8 @@ def test_metrics(model: ConceptModel, d: ConceptData) -> dict:
 
 def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> tuple[ConceptModel, dict]:
     """One network x model x regime run; returns (model, report)."""
+    s.check()
     r = s.rounds
-    if r.regime not in ("centralized", "local", "static", "fcm", "reinit"):
-        raise FedpgmError(f"unknown regime '{r.regime}'; use centralized, local, static, fcm or reinit")
-    if check_backend(s.backend) != "inprocess" and r.regime not in ("static", "fcm", "reinit"):
-        raise FedpgmError(f"the {r.regime} regime trains in one place; --backend {s.backend} is for static, "
-                          "fcm, reinit")
-    if r.dp_scope not in DP_SCOPES:
-        raise FedpgmError(f"unknown DP scope '{r.dp_scope}'; use one of {DP_SCOPES}")
-    if not r.train.lr > 0:
-        raise FedpgmError(f"--lr {r.train.lr}: the learning rate must be positive (e.g. 1e-3)")
-    if s.centralized_graph not in CENTRALIZED_GRAPHS:
-        raise FedpgmError(f"centralized_graph must be one of {CENTRALIZED_GRAPHS}, got '{s.centralized_graph}'")
-    if r.per_round > s.clients:
-        raise FedpgmError(f"--per-round {r.per_round} exceeds --clients {s.clients}; lower it")
-    if r.secure_aggregation and s.backend == "inprocess":
-        raise FedpgmError("--secure-aggregation runs on the Flower backend only (SecAgg+ needs separate "
-                          "parties holding their own keys); add --backend flower")
-    if r.secure_aggregation and r.per_round < 2:
-        raise FedpgmError("--secure-aggregation needs at least 2 clients per round (3 to survive a dropout)")
     t0 = time.perf_counter()
     d = data or make_concept_data(s.network, s.task, s.rows, r.seed)
     clients, initial, late = make_clients(d, s)
@@ -221,22 +226,14 @@ def run_fcm(s: FCMSettings, data: ConceptData | None = None, progress=None) -> t
     all_graphs = [from_edge_list(c.meta[GRAPH]) for c in clients]
     sizes = [len(c.train) for c in clients]
     if r.regime in ("static", "fcm", "reinit"):
-        if s.backend != "inprocess":
-            out = run_flower(clients, initial, late, d.cards, d.task, int(d.x.shape[1]), val, r, s.timeout,
-                             simulation=s.backend == "simulation", dataset=d.dataset)
-        else:
-            audit = PrivacyAudit.beside_policies(clients)
-            # one worker process per client, one thread each (as FedPC's): an asia F-CM run of 30
-            # rounds beside another job took 106 s with the clients in this process, 22 s so
-            # (the same numbers: a client's training is deterministic on one thread)
-            with InProcessFederation(clients, HANDLERS_PATH, audit=audit, timeout=s.timeout) as fed:
-                out = run_rounds(fed, initial, late, d.cards, d.task, d.x.shape[1], val, r, progress)
-                out["ledger"] = fed.ledger.totals()
-            report["privacy_audit_messages"] = audit.checked
-        report.update(backend=s.backend, bytes_up=out["ledger"]["bytes_up"], bytes_down=out["ledger"]["bytes_down"],
-                      bytes_by_message=out["ledger"]["bytes_by_message"], secure_aggregation=r.secure_aggregation)
-        if "connected_at_start" in out:  # Flower: who was connected before the join round
-            report["connected_at_start"] = out["connected_at_start"]
+        audit = PrivacyAudit.beside_policies(clients)
+        out = run_federated(clients, initial, late, d.cards, d.task, int(d.x.shape[1]), val, r, s.timeout,
+                            s.backend, d.dataset, audit, progress)
+        report["privacy_audit_messages"] = audit.checked  # (in-process; a Flower client audits its own)
+        comm = out["communication"]
+        report.update(backend=s.backend, bytes_up=comm["bytes_up"], bytes_down=comm["bytes_down"],
+                      bytes_by_message=comm["bytes_by_message"], secure_aggregation=r.secure_aggregation,
+                      connected_at_start=out["connected_at_start"])
         model = out["model"]
         report.update(rounds=len(out["history"]), val_task_loss=[h["val_task_loss"] for h in out["history"]],
                       joins=out["joins"], removed_edges=out["removed_edges"], graph_changes=out["graph_changes"],
@@ -306,48 +303,38 @@ def run_fcm_tuned(s: FCMSettings, lrs: list[float], data: ConceptData | None = N
     return best
 
 
-def run_flower(clients: list[ClientData], initial: list[str], late: list[str], cards: dict[str, int], task: str,
-               input_dim: int, val: tuple[np.ndarray, np.ndarray], r: RoundSettings,
-               timeout: float = DEFAULT_TIMEOUT_S, simulation: bool = False, dataset: str = "") -> dict:
-    """The same rounds on a loopback Flower deployment (SuperLink + one SuperNode per client);
-    each node holds only its CSV and its concept graph (manifest ``meta``). The ``late`` clients'
-    SuperNodes start only when the server reaches the join round and waits for them. With
-    ``simulation``, Flower's Simulation Runtime runs every client's node from the start (the
-    late ones are still addressed only from the join round)."""
-    from fedpgm.federation.deploy import LoopbackDeployment
-
+def run_federated(clients: list[ClientData], initial: list[str], late: list[str], cards: dict[str, int], task: str,
+                  input_dim: int, val: tuple[np.ndarray, np.ndarray], r: RoundSettings,
+                  timeout: float = DEFAULT_TIMEOUT_S, backend: str = "inprocess", dataset: str = "",
+                  audit=None, progress=None) -> dict:
+    """The federated rounds (``server_procedure``) on ``backend``: each client holds only its rows
+    and its concept graph (``ClientData.meta``); the ``late`` clients join at the join round (on
+    Flower their SuperNodes start when the server waits for them). Returns the procedure's
+    result with the trained ``model``. One worker process per client, one thread each (as
+    FedPC's): an asia F-CM run of 30 rounds beside another job took 106 s with the clients in
+    this process, 22 s so (the same numbers: a client's training is deterministic on one thread)."""
     full = Schema(tuple({f.name: f for c in clients for f in c.schema.features}.values()))
     with private_tempdir("fedpgm-fcm-") as tmp:
-        tmp = Path(tmp)
-        Partition("hybrid", full, clients, dataset=dataset).write(tmp / "partition")
         np.savez(tmp / "val.npz", x=val[0], y=val[1])
         args = {"initial": initial, "late": late, "cards": cards, "task": task, "input_dim": input_dim,
                 "val": str(tmp / "val.npz"), "settings": asdict(r), "out": str(tmp / "model")}
-        policies = {c.client_id: c.policy for c in clients if c.policy != ClientPolicy()}  # each node's own
-        with LoopbackDeployment(tmp / "partition", workdir=tmp / "flower", clients=None if simulation else initial,
-                                simulation=simulation, policies=policies) as dep:
-            run = dep.submit("concepts", "concepts", args, clients=len(initial), timeout=max(3600.0, timeout),
-                             exchange_timeout=timeout)
-            if late and not simulation:  # the late clients' SuperNodes connect when the server asks for them
-                run.wait_for("waiting for clients", timeout=3600)
-                for c in late:
-                    dep.start_node(c)
-            result = run.result(3600)
+        result = run(Partition("hybrid", full, clients, dataset=dataset), "concepts", "concepts", args,
+                     backend=backend, timeout=timeout, late=late, audit=audit, progress=progress)
         model, _ = load_model(tmp / "model")
     return {**result, "model": model}
 
 
-def flower_procedure(fed, initial: list[str], late: list[str], cards: dict, task: str, input_dim: int,
-                     val: str, settings: dict, out: str) -> dict:
-    """Runs inside the Flower ServerApp: ``run_rounds``, the model saved to ``out``."""
+def server_procedure(fed, initial: list[str], late: list[str], cards: dict, task: str, input_dim: int,
+                     val: str, settings: dict, out: str, progress=None) -> dict:
+    """The server's side on every backend (``fedpgm.federation.runner``): ``run_rounds``, the
+    model saved to ``out``."""
     s = RoundSettings(**{**settings, "train": TrainSettings(**settings["train"])})
     with np.load(val, allow_pickle=False) as z:
         v = (z["x"], z["y"])
-    connected = list(fed.clients)  # before the join round: the late clients are not there yet
-    res = run_rounds(fed, initial, late, cards, task, input_dim, v, s)
+    connected = list(fed.clients)  # before the join round (on Flower the late clients are not there yet)
+    res = run_rounds(fed, initial, late, cards, task, input_dim, v, s, progress)
     save_model(res["model"], out)
     return {"connected_at_start": connected, "history": res["history"], "joins": res["joins"],
             "graph_changes": res["graph_changes"], "left_out": res["left_out"],
             "removed_edges": res["removed_edges"],
-            "epsilon_spent": res["epsilon_spent"], "epsilon_per_update": res["epsilon_per_update"],
-            "ledger": fed.ledger.totals()}
+            "epsilon_spent": res["epsilon_spent"], "epsilon_per_update": res["epsilon_per_update"]}

@@ -46,7 +46,6 @@ from fedpgm.federation.handlers import ClientContext, HandlerSet
 from fedpgm.federation.shares import SECURE, own_fraction, secure_weighted_mean, weighted_share
 
 HANDLERS = HandlerSet("concepts")
-HANDLERS_PATH = "fedpgm.concepts.federation:HANDLERS"  # (what worker processes import)
 REGIMES = ("centralized", "local", "static", "fcm", "reinit")
 X_PREFIX = "input:"  # input-code columns: input:0, input:1, ...
 

@@ -360,7 +360,7 @@ def hybrid(dataset: Dataset, clients: int, seed: int = 0, shared: int | None = N
         shared_cols = [c for c in feats if sum(c in g for g in cols) > 1]
         private = [[c for c in g if c not in shared_cols] for g in cols]
     else:
-        shared = max(1, round(0.2 * len(feats))) if shared is None else shared
+        shared = default_shared(len(feats)) if shared is None else shared
         if shared < 1:
             raise FedpgmError("a hybrid federation needs at least 1 shared column (--shared)")
         if len(feats) - shared < clients:
@@ -382,6 +382,24 @@ def hybrid(dataset: Dataset, clients: int, seed: int = 0, shared: int | None = N
     params = {"seed": seed, "shared_columns": [str(c) for c in shared_cols], "overlap": overlap,
               "label_to": label_to if schema.label else None}
     return Partition("hybrid", schema, parts, dataset.name, params)
+
+
+def most_clients(schema: Schema, split: str, **options) -> int | None:
+    """The most clients a random column split of ``schema`` can give each a column of its own
+    (vertical: one per feature; hybrid: one per column left after the shared ones); None where
+    the columns set no limit (horizontal, or column groups given)."""
+    feats = len(schema.feature_names)
+    if split == "vertical" and options.get("groups") is None and "regions" not in options:
+        return feats
+    if split == "hybrid" and options.get("groups") is None and "regions" not in options:
+        shared = options.get("shared")
+        return feats - (default_shared(feats) if shared is None else shared)
+    return None
+
+
+def default_shared(features: int) -> int:
+    """A hybrid split's shared columns by default: a fifth of the features, at least one."""
+    return max(1, round(0.2 * features))
 
 
 def partition(dataset: Dataset, split: str, clients: int, seed: int = 0, **options) -> Partition:

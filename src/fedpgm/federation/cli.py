@@ -43,10 +43,10 @@ def federation_naive_bayes(
 ) -> None:
     """Gaussian naive Bayes across the clients of a horizontal partition (class sums only; the
     worked example of docs/extending.md); accuracy on the clients' test files."""
-    from fedpgm.naive_bayes import run
+    from fedpgm.naive_bayes import fit_report
 
     prepare_outputs(json=json_out)
     with stages(f"naive Bayes across {partition_dir} ({backend})"):
-        result = run(partition_dir, backend)
+        result = fit_report(partition_dir, backend)
     finish("federation naive-bayes", result, json_out, settings={"backend": backend,
                                                                 "partition": str(partition_dir)})

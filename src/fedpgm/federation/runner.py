@@ -14,7 +14,7 @@ and returns JSON; the caller reads the same result, and loads the same files, on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fedpgm.data.partition import Partition
@@ -26,14 +26,15 @@ from fedpgm.federation.base import DEFAULT_TIMEOUT_S, AuditHook
 
 def run(partition: Partition, family: str, procedure: str, args: dict | None = None, *,
         backend: str = "inprocess", timeout: float | None = DEFAULT_TIMEOUT_S, late: Sequence[str] = (),
-        mode: str = "processes", audit: AuditHook | None = None) -> dict:
+        mode: str = "processes", audit: AuditHook | None = None, progress: Callable | None = None) -> dict:
     """``procedure(federation, **args)`` with ``partition``'s clients serving ``family``'s handlers
     on ``backend``; its result with the run's ``communication`` totals.
 
     ``timeout``: seconds per exchange with the clients (the whole run gets four times as long, at
     least an hour); ``late``: clients that join later, whom the procedure addresses only after it
     waits for them (their SuperNodes start when it does); ``mode`` and ``audit``: the in-process
-    federation's (``InProcessFederation``); a Flower client audits its own replies."""
+    federation's (``InProcessFederation``); a Flower client audits its own replies; ``progress``:
+    passed to the procedure in-process (a Flower run's progress is the ServerApp's log)."""
     check_backend(backend)
     unknown = sorted(set(late) - {c.client_id for c in partition.clients})
     if unknown:
@@ -44,7 +45,8 @@ def run(partition: Partition, family: str, procedure: str, args: dict | None = N
         from fedpgm.federation.inprocess import InProcessFederation
 
         with InProcessFederation(partition, handlers_path(family), mode=mode, audit=audit, timeout=timeout) as fed:
-            return run_procedure(fed, procedure_path(procedure), args or {})
+            return run_procedure(fed, procedure_path(procedure), {**(args or {}), **({"progress": progress}
+                                                                                      if progress else {})})
     return run_on_flower(partition, family, procedure, args or {}, timeout or DEFAULT_TIMEOUT_S, list(late),
                          simulation=backend == "simulation")
 

@@ -139,15 +139,11 @@ def fit(
     clients; 4 for aligned, smoothed toward independence). A number fixes
     either (the paper's: --min-instances 100 --clusters 2)."""
     from fedpgm.fedpc.experiment import FitSettings
-    from fedpgm.federation.psi import check_align
 
     slice_min = slice_minimum(min_instances)
     if restarts < 1:
         raise FedpgmError(f"--restarts must be >= 1, got {restarts}")
     check_timeout(timeout)
-    check_align(align)
-    if min_clients is not None and not 1 <= min_clients <= clients:
-        raise FedpgmError(f"--min-clients must lie in 1..{clients} (--clients), got {min_clients}")
     if placement == "split" and out is not None:
         raise FedpgmError("--out saves an assembled model; with --placement split the circuits stay at "
                           "the clients, so use --placement server to save one")
@@ -165,7 +161,7 @@ def fit(
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap, regions, band),
                            centralized=not no_centralized, timeout=timeout, min_clients=min_clients,
-                           align=align, smoothing=smoothing)
+                           align=align, smoothing=smoothing).check()  # (before any data is read)
     outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     if learner == "tree":

@@ -18,7 +18,7 @@ client, call ``fit_fedpc(federation, placement="split")`` on an open federation 
 
 from __future__ import annotations
 
-from numbers import Integral
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,9 @@ class FederatedPC(FederatedEstimator):
     ``glue`` (random: Algorithm 1; combinatorial; aligned), ``products`` (random gluing), the
     clients' ``learner`` (learnspn, ratspn, pd) and its ``params``, ``backend``, ``timeout`` per
     exchange (s), ``min_clients`` (horizontal quorum), ``align`` (``"psi"``: private set
-    intersection of the parties' row ids first), ``seed``."""
+    intersection of the parties' row ids first), ``smoothing`` (aligned gluing's pseudo-rows per
+    cluster tuple; None: auto), ``seed``. ``check_params`` checks them all, the learner's own
+    ``params`` included (by building the learner), before any data is read."""
 
     _parameter_constraints: dict = {
         **FederatedEstimator._parameter_constraints,
@@ -54,13 +56,14 @@ class FederatedPC(FederatedEstimator):
         "params": [dict, None],
         "min_clients": [Interval(Integral, 1, None, closed="left"), None],
         "align": [StrOptions({"none", "psi"})],
+        "smoothing": [Interval(Real, 0, None, closed="left"), None],
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
     }
 
     def __init__(self, clusters: int | None = None, glue: str = "random", products: int | None = None,
                  learner: str = "learnspn", params: dict | None = None, backend: str = "inprocess",
                  timeout: float = 3600.0, min_clients: int | None = None, align: str = "none",
-                 seed: int = 0) -> None:
+                 smoothing: float | None = None, seed: int = 0) -> None:
         self.clusters = clusters
         self.glue = glue
         self.products = products
@@ -70,7 +73,19 @@ class FederatedPC(FederatedEstimator):
         self.timeout = timeout
         self.min_clients = min_clients
         self.align = align
+        self.smoothing = smoothing
         self.seed = seed
+
+    def check_params(self) -> "FederatedPC":
+        """The parameters' ranges, then the learner's ``params`` (``learner_params``) and the
+        quorum's company: a one-line ``FedpgmError`` for the first that does not hold."""
+        from fedpgm.fedpc.server import learner_params
+
+        super().check_params()
+        learner_params(self.learner, self.params, self.seed)
+        if self.align == "psi" and self.min_clients is not None:
+            raise FedpgmError("min_clients and PSI alignment do not mix: aligned rows need every party")
+        return self
 
     def _fit(self, partition: Partition, **fit_params: Any) -> tuple[FedPC, dict]:
         from fedpgm.fedpc.experiment import FitSettings, fit_federated
@@ -79,7 +94,7 @@ class FederatedPC(FederatedEstimator):
                                glue=self.glue, products=self.products, learner=self.learner,
                                params=dict(self.params or {}), backend=self.backend, seed=self.seed,
                                centralized=False, timeout=self.timeout, min_clients=self.min_clients,
-                               align=self.align)
+                               align=self.align, smoothing=self.smoothing)
         _, model = fit_federated(partition, None, settings)
         assert isinstance(model, FedPC)  # (method "fedpc")
         return model, model.info

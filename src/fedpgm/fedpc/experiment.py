@@ -13,6 +13,7 @@ timed by their process CPU time, so a shared or busy machine does not skew the r
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ import numpy as np
 from fedpgm.circuits.learners import DENSE_LEARNERS, ESTIMATORS
 from fedpgm.data import images
 from fedpgm.data import partition
+from fedpgm.data.partition import SPLITS, most_clients
 from fedpgm.data.dataset import Dataset
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.apps import check_backend
@@ -33,8 +35,8 @@ from fedpgm.metrics import classification
 from fedpgm.fedpc import defaults
 from fedpgm.fedpc.client import warm_up
 from fedpgm.fedpc.model import FedPC
-from fedpgm.fedpc.server import fit_fedpc, learner_params
-from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
+from fedpgm.fedpc.server import PLACEMENTS, fit_fedpc, learner_params
+from fedpgm.fedpc.trees import TreeCircuit, check_fcdt, fit_fcdt
 from fedpgm.threads import one_thread
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
@@ -62,6 +64,34 @@ class FitSettings:
     min_clients: int | None = None  # horizontal: go on with this many clients if others fail
     align: str = "none"  # "psi": private row alignment before the fit (fedpgm.federation.psi)
     smoothing: float | None = None  # aligned gluing: pseudo-rows per cluster tuple (None: auto)
+
+    def estimator(self):
+        """The ``FederatedPC`` of these settings (its parameters: this fit's)."""
+        from fedpgm.fedpc.estimator import FederatedPC
+
+        return FederatedPC(clusters=self.clusters, glue=self.glue, products=self.products, learner=self.learner,
+                           params=dict(self.params), backend=self.backend, timeout=self.timeout,
+                           min_clients=self.min_clients, align=self.align, smoothing=self.smoothing,
+                           seed=self.seed)
+
+    def check(self) -> "FitSettings":
+        """``self`` when every setting holds, else a one-line ``FedpgmError``; run before any data
+        is read or worker started: FC[DT]'s parameters (learner "tree"), or the estimator's
+        (``FederatedPC.check_params``, the learner's own included), the split and the quorum."""
+        if self.split not in SPLITS:
+            raise FedpgmError(f"unknown split '{self.split}'; use one of {', '.join(SPLITS)}")
+        if self.clients < 1:
+            raise FedpgmError(f"--clients must be >= 1, got {self.clients}")
+        if self.min_clients is not None and not 1 <= self.min_clients <= self.clients:
+            raise FedpgmError(f"--min-clients must lie in 1..{self.clients} (--clients), got {self.min_clients}")
+        if self.placement not in PLACEMENTS:
+            raise FedpgmError(f"unknown placement '{self.placement}'; use one of {', '.join(PLACEMENTS)}")
+        if self.learner == "tree":
+            check_backend(self.backend)
+            fcdt_args(self)
+        else:
+            self.estimator().check_params()
+        return self
 
     def fit_args(self) -> dict:
         return {"clusters": self.clusters, "glue_how": self.glue, "products": self.products,
@@ -166,10 +196,24 @@ def image_cells(settings: FitSettings, ds: Dataset) -> FitSettings:
     return replace(settings, params={**settings.params, "cell": max(found[0]) / pieces})
 
 
+def within_columns(settings: FitSettings, ds: Dataset) -> FitSettings:
+    """``settings`` checked, with as many clients as ``ds``'s columns allow a column split (each
+    client a column of its own: ``data.partition.most_clients``), and a note where that is
+    fewer than asked: a narrow table's vertical or hybrid run degrades instead of failing."""
+    settings.check()
+    most = most_clients(ds.schema, settings.split, **settings.partition)
+    if most is None or settings.clients <= most or most < (2 if settings.split == "hybrid" else 1):
+        return settings
+    print(f"note: {ds.name} has columns for {most} {settings.split} clients of their own, not "
+          f"{settings.clients}; fitting with {most}", file=sys.stderr)
+    return replace(settings, clients=most, min_clients=None if settings.min_clients is None
+                   else min(settings.min_clients, most))
+
+
 def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
               mode: str = "processes") -> tuple[FedPC | None, dict]:
     """Partition, fit, evaluate (and save to ``out``); see the module doc for the report."""
-    check_backend(settings.backend)
+    settings, requested = within_columns(settings, ds), settings.clients
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     if settings.learner in DENSE_LEARNERS:  # density of the pixels: the label only shapes the partition
         part, ds = part.drop_label(), ds.drop_label()
@@ -190,6 +234,8 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
               "client_seconds": info["client_seconds"], "server_seconds": info["server_seconds"],
               "bytes_up": comm["bytes_up"], "bytes_down": comm["bytes_down"], "messages": comm["messages"],
               "rounds": comm["rounds"], "plan": info["plan"], "n_train": len(ds.train), "n_test": len(ds.test)}
+    if requested != settings.clients:  # (a narrow table: ``within_columns``)
+        report["settings"]["clients_requested"] = requested
     for key in ("n_nodes", "n_edges", "n_params", "left_out", "client_policy", "alignment"):
         if key in info:
             report[key] = info[key]
@@ -217,6 +263,9 @@ def fcdt_args(settings: FitSettings) -> dict:
     unknown = sorted(set(settings.params) - set(FCDT_PARAMS))
     if unknown:
         raise FedpgmError(f"unknown FC[DT] parameter(s) {unknown}; allowed: {list(FCDT_PARAMS)}")
+    p = settings.params
+    check_fcdt(p.get("max_depth"), p.get("min_samples_leaf"), p.get("combine", "auto"), p.get("trees"),
+               p.get("ensemble", "bagging"))
     return {"seed": settings.seed, "align": settings.align, **settings.params}
 
 
@@ -226,8 +275,7 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     and ``trees`` (per client). A classifier: the report has no log-likelihoods."""
     if ds.schema.label is None:
         raise FedpgmError(f"FC[DT] is a classifier; {ds.name} has no label (choose one with --label)")
-    check_backend(settings.backend)
-    fcdt_args(settings)  # (its parameters checked before the partition is made)
+    settings, requested = within_columns(settings, ds), settings.clients
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     wall = time.perf_counter()
     result, fitted = fit_federated(part, None, settings, method="fcdt")
@@ -250,6 +298,8 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
               "n_train": len(ds.train), "n_test": len(ds.test)}
     if "alignment" in model.info:
         report["alignment"] = model.info["alignment"]
+    if requested != settings.clients:  # (a narrow table: ``within_columns``)
+        report["settings"]["clients_requested"] = requested
     if out is not None:
         model.save(out)
     return model, report

@@ -218,18 +218,10 @@ def plan_root(schemas: dict[str, Schema], combine: str, ensemble: str) -> tuple[
     return combine, shared if combine == "product" else []
 
 
-def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: int | None = None,
-             seed: int = 0, combine: str = "auto", trees: int | None = None,
-             ensemble: str = "bagging", align: str = "none") -> TreeCircuit:
-    """FC[DT] in one round: every client holding the label fits its expert (``ensemble``
-    "bagging": ``trees`` classification trees, default 1, more on bootstrap resamples;
-    "boosting": gradient-boosted trees, at most ``trees`` stages, default ``BOOSTING_STAGES``)
-    and, under a product root over hybrid clients, a reference expert on the shared columns; the
-    server joins them (``combine``: ``plan_root``; bagging with ``min_samples_leaf`` None: 5
-    under a mean root, each client's cross-validated choice under a product root); ``align``
-    "psi": private row alignment first (``fedpgm.federation.psi``)."""
-    alignment = align_rows(fed) if check_align(align) == "psi" else None
-    t0 = time.perf_counter()
+def check_fcdt(max_depth: int | None, min_samples_leaf: int | None, combine: str, trees: int | None,
+               ensemble: str) -> int:
+    """``fit_fcdt``'s settings checked (one-line ``FedpgmError``s); the trees per client (None:
+    the ensemble's default)."""
     if combine not in COMBINES:
         raise FedpgmError(f"unknown FC[DT] root '{combine}'; use one of {list(COMBINES)}")
     if ensemble not in ENSEMBLES:
@@ -240,6 +232,22 @@ def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: in
     trees = (1 if ensemble == "bagging" else BOOSTING_STAGES) if trees is None else trees
     if not isinstance(trees, int) or trees < 1:
         raise FedpgmError(f"--trees {trees}: each client fits at least 1 tree")
+    return trees
+
+
+def fit_fcdt(fed: Federation, max_depth: int | None = None, min_samples_leaf: int | None = None,
+             seed: int = 0, combine: str = "auto", trees: int | None = None,
+             ensemble: str = "bagging", align: str = "none") -> TreeCircuit:
+    """FC[DT] in one round: every client holding the label fits its expert (``ensemble``
+    "bagging": ``trees`` classification trees, default 1, more on bootstrap resamples;
+    "boosting": gradient-boosted trees, at most ``trees`` stages, default ``BOOSTING_STAGES``)
+    and, under a product root over hybrid clients, a reference expert on the shared columns; the
+    server joins them (``combine``: ``plan_root``; bagging with ``min_samples_leaf`` None: 5
+    under a mean root, each client's cross-validated choice under a product root); ``align``
+    "psi": private row alignment first (``fedpgm.federation.psi``)."""
+    trees = check_fcdt(max_depth, min_samples_leaf, combine, trees, ensemble)
+    alignment = align_rows(fed) if check_align(align) == "psi" else None
+    t0 = time.perf_counter()
     described = fed.broadcast("describe").require_all()
     schemas = {c: Schema.from_dict(m.config["schema"]) for c, m in described.items()}
     labels = {s.label for s in schemas.values() if s.label is not None}

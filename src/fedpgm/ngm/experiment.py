@@ -30,7 +30,6 @@ from fedpgm.data import ClientData, Partition, load_dataset
 from fedpgm.data.dataset import Dataset
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.federation.privacy import PrivacyAudit
@@ -75,6 +74,18 @@ class ExperimentSettings:
     keep: list[str] = field(default_factory=list)
     timeout: float = DEFAULT_TIMEOUT_S  # seconds per exchange with the clients
     backend: str = "inprocess"  # where the federation runs (``fedpgm.federation.runner``)
+
+
+    def estimator(self):
+        """The ``FederatedNGM`` of these settings, whose ``check_params`` checks them."""
+        from fedpgm.ngm.estimator import FederatedNGM
+
+        n = self.ngm
+        return FederatedNGM(graph=self.graph, sparsity=self.sparsity, min_clients=self.min_clients,
+                            allocation=self.allocation, gibbs_sweeps=self.gibbs_sweeps, soft=self.soft_targets,
+                            hidden=n.hidden, layers=n.layers, lam=n.lam, lr=n.lr, epochs=n.epochs,
+                            batch_size=n.batch_size, patience=n.patience, backend=self.backend,
+                            timeout=self.timeout, seed=self.seed)
 
 
 def skew_mask(frame: pd.DataFrame, ds: Dataset, spec: str) -> np.ndarray:
@@ -195,8 +206,8 @@ def run_ngm(s: ExperimentSettings, out: str | Path | None = None, plot_dir: str 
     """The whole experiment; returns (global model, report). ``out`` saves the global model."""
     say = progress or (lambda text: None)
     t0 = time.perf_counter()
-    check_settings(s.clients, s.min_clients, s.graph, s.allocation)
-    check_backend(s.backend)
+    check_settings(s.clients, s.min_clients, s.graph, s.allocation)  # (before any data is read)
+    s.estimator().check_params()
     ds, public_train, public_test, clients, shared = build_federation(s)
     settings = NGMSettings.from_dict({**s.ngm.__dict__, "seed": s.seed})
     for y in s.targets:
