@@ -112,34 +112,32 @@ def test_fit_on_a_users_csv_without_stitching(cli, read_report, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["flower", "simulation"])
-def test_fit_on_flower_and_the_simulation_runtime_equals_in_process(cli, read_report, tmp_path, backend):
+def test_fit_on_flower_and_the_simulation_runtime_equals_in_process(cli, read_report, tmp_path):
     """``ngm fit --backend``: the same procedure in the ServerApp, every client a SuperNode (or a
     simulated node) holding its own CSV and test rows; the report equals the in-process one."""
     import importlib.util
 
-    if backend == "simulation" and importlib.util.find_spec("ray") is None:
-        pytest.skip("Ray (fedpgm[simulation]) is not installed")
+    backends = ["inprocess", "flower"] + (["simulation"] if importlib.util.find_spec("ray") else [])
     args = ["ngm", "fit", "breast_cancer", "--clients", "2", "--withhold", "worst_area", "--withhold",
-            "worst_texture", "--target", "target", "--epochs", "20", "--hidden", "16", "--samples-factor", "1"]
+            "worst_texture", "--target", "target", "--epochs", "10", "--hidden", "8", "--samples-factor", "1"]
     reports = {}
-    for b in ("inprocess", backend):
+    for b in backends:
         code, _, err = cli(*args, "--backend", b, "--json", tmp_path / f"{b}.json")
         assert code == 0, err
         reports[b] = read_report(tmp_path / f"{b}.json", "ngm fit")
-    assert reports[backend]["settings"]["backend"] == backend
-    local, remote = reports["inprocess"]["metrics"], reports[backend]["metrics"]
-    assert local["released"] and remote["released"]
-    details = {b: r["details"] for b, r in reports.items()}
-    assert details[backend]["fedngm"]["n_rows"] == details["inprocess"]["fedngm"]["n_rows"]
-    assert set(details[backend]["stitched"]) == {"client-0", "client-1"}
-    for model in ("client-0", "client-1", "global", "centralized"):
-        for test_set in ("client-0", "client-1", "public-test"):
-            a, b = local[model][test_set]["target"], remote[model][test_set]["target"]
-            assert a["auc"] == pytest.approx(b["auc"], abs=1e-3), (model, test_set)
-    for c in ("client-0", "client-1"):
-        a, b = details["inprocess"]["stitched"][c]["target"], details[backend]["stitched"][c]["target"]
-        assert a["stitched"]["auc"] == pytest.approx(b["stitched"]["auc"], abs=1e-3)
+        assert reports[b]["settings"]["backend"] == b and reports[b]["metrics"]["released"]
+    local, details = reports["inprocess"]["metrics"], reports["inprocess"]["details"]
+    for b in backends[1:]:
+        remote = reports[b]["metrics"]
+        assert reports[b]["details"]["fedngm"]["n_rows"] == details["fedngm"]["n_rows"]
+        assert set(reports[b]["details"]["stitched"]) == {"client-0", "client-1"}
+        for model in ("client-0", "client-1", "global", "centralized"):
+            for test_set in ("client-0", "client-1", "public-test"):
+                auc = local[model][test_set]["target"]["auc"]
+                assert remote[model][test_set]["target"]["auc"] == pytest.approx(auc, abs=1e-3), (b, model, test_set)
+        for c in ("client-0", "client-1"):
+            auc = details["stitched"][c]["target"]["stitched"]["auc"]
+            assert reports[b]["details"]["stitched"][c]["target"]["stitched"]["auc"] == pytest.approx(auc, abs=1e-3)
 
 
 def test_bad_settings_fail_before_any_data_is_read(cli, tmp_path, monkeypatch):

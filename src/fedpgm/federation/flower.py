@@ -12,13 +12,14 @@ run by a Flower ServerApp and ClientApp across processes or machines.
   (``result_from_log``).
 - ``client_app`` (Flower's own ``ClientApp``) routes ``query.<name>``/``train.<name>`` to the
   handler of that name in the family its run config names, learned in its lifespan hook before
-  each message is dispatched: Flower starts a process per message, so a node imports its run's family only (the module itself loads no
-  torch, scikit-learn, pgmpy or opacus; 1.0 s to import against 3.6 s with every family). Each
-  SuperNode loads only its own data, from its node config: ``client-id``, ``data`` (its CSV,
-  as written by ``fedpgm partition``), ``schema`` (``manifest.json`` or a schema JSON) and
-  ``workdir`` (its state is kept between messages in ``workdir/run-<run id>``, one folder per
-  run, since Flower starts a new process per message) and optionally ``policy``, the node's own
-  privacy policy as a JSON object (``fedpgm.data.policy``; defaults apply without it).
+  each message is dispatched: Flower starts a process per message, so a node imports its run's
+  family only (the module itself loads no torch, scikit-learn, pgmpy or opacus; 1.0 s to import
+  against 3.6 s with every family). Each SuperNode loads only its own data, from its node config:
+  ``client-id``, ``data`` (its CSV, as written by ``fedpgm partition``), ``schema``
+  (``manifest.json`` or a schema JSON) and ``workdir`` (its state is kept between messages in
+  ``workdir/run-<run id>``, one folder per run, since Flower starts a new process per message) and
+  optionally ``policy``, the node's own privacy policy as a JSON object (``fedpgm.data.policy``;
+  defaults apply without it).
 - Under the Simulation Runtime (``flower-superlink --simulation``) a node has only Flower's
   ``partition-id``; the run config's ``simulation-partition`` (a folder written by ``fedpgm
   partition``) and ``simulation-workdir`` then give node ``i`` the ``i``-th client of that
@@ -380,23 +381,29 @@ def node_context(context: Context) -> ClientContext:
     return ClientContext(cid, data, workdir, load_state(workdir), identity=identity)
 
 
-client_app = ClientApp()
-ROUTED: set[tuple[str, str]] = set()  # (kind, name) of the messages routed in this process
+def family_client_app() -> ClientApp:
+    """Flower's ``ClientApp`` whose lifespan hook, before a message is dispatched, routes each
+    message of the family the run names (run config ``handlers``) under the kind its handler
+    declares. Flower starts a process per message, so a node imports only that family (the
+    others' torch, scikit-learn and opacus imports cost seconds a message). The hook registers
+    on its own app (a closure): the Simulation Runtime calls a copy of the app in each actor."""
+    app = ClientApp()
+    routed: set[tuple[str, str]] = set()  # (kind, name) of the messages routed so far
+
+    @app.lifespan()
+    def learn_routes(context: Context) -> Iterator[None]:
+        family = context.run_config.get("handlers")
+        if family is not None:
+            for name, kind in load_handlers(handlers_path(str(family))).routes().items():
+                if (kind, name) not in routed:
+                    routed.add((kind, name))
+                    getattr(app, kind)(name)(route)
+        yield
+
+    return app
 
 
-@client_app.lifespan()
-def learn_routes(context: Context) -> Iterator[None]:
-    """Before a message is dispatched, route each message of the family the run names (run
-    config ``handlers``) under the kind its handler declares. Flower starts a process per
-    message, so a node imports only that family (the others' torch, scikit-learn and opacus
-    imports cost seconds a message)."""
-    family = context.run_config.get("handlers")
-    if family is not None:
-        for name, kind in load_handlers(handlers_path(str(family))).routes().items():
-            if (kind, name) not in ROUTED:
-                ROUTED.add((kind, name))
-                getattr(client_app, kind)(name)(route)
-    yield
+client_app = family_client_app()
 
 
 @client_app.query(HELLO)
