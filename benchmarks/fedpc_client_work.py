@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit  # noqa: E402
 
 from fedpgm.circuits import learnspn  # noqa: E402
-from fedpgm.circuits.learners import ESTIMATORS  # noqa: E402
+from fedpgm.circuits.learners import learner_spec  # noqa: E402
 from fedpgm.data import load_dataset, partition  # noqa: E402
 from fedpgm.fedpc.client import kmeans, standardised  # noqa: E402
 from fedpgm.fedpc.experiment import FitSettings, paper_settings, run_fedpc  # noqa: E402
@@ -91,7 +91,7 @@ def one(name: str, seed: int, split: str) -> dict:
                                                        partition=options))
     _, report = run_fedpc(ds, settings)
     params = learner_params(settings.learner, settings.params, seed)
-    learner = ESTIMATORS[settings.learner]
+    learner = learner_spec(settings.learner).estimator
     out = {"relative_runtime": report["relative_runtime"], "columns": {"centralized": len(ds.schema)}}
     work = {"centralized": fresh()}
     with counted(work["centralized"]):
@@ -127,7 +127,7 @@ def peer_work(name: str, seed: int, split: str, repeats: int) -> dict:
                                                        partition=options))
     params = learner_params(settings.learner, settings.params, seed)
     size, threshold = params["min_instances_slice"], params["threshold"]
-    fits = {"fedpgm": lambda x, m=size: ESTIMATORS["learnspn"](min_instances_slice=m, threshold=threshold,
+    fits = {"fedpgm": lambda x, m=size: learner_spec("learnspn").estimator(min_instances_slice=m, threshold=threshold,
                                                                 seed=seed).fit(x),
             "spflow": lambda x, m=size: spflow_fit(x, m, threshold)}
     tables = {"centralized": standardised(ds.train.to_numpy(dtype=float))}

@@ -40,8 +40,8 @@ export FLWR_HOME=$WORK/cli
 mkdir -p "$FLWR_HOME"
 printf '[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "127.0.0.1:%s"\ninsecure = true\n' \
   "$PORT" > "$FLWR_HOME/config.toml"
-APP=$(python3 -c 'import fedpgm.federation.deploy as d; print(d.app_dir())' 2>/dev/null \
-  || "$BIN/python" -c 'import fedpgm.federation.deploy as d; print(d.app_dir())')
+APP=$(python3 -c 'import fedpgm.federation.apps as a; print(a.app_dir())' 2>/dev/null \
+  || "$BIN/python" -c 'import fedpgm.federation.apps as a; print(a.app_dir())')
 cat > "$WORK/run.toml" <<TOML
 procedure = "$PROCEDURE"
 handlers = "$HANDLERS"

@@ -33,8 +33,8 @@ CHOICES = {
     "placement": ("server", "split"),  # fedpgm.fedpc.server.PLACEMENTS
     "align": ("none", "psi"),  # fedpgm.federation.psi.ALIGNMENTS
     "tree_root": ("auto", "mean", "product"),  # fedpgm.fedpc.trees.COMBINES
-    "ensemble": ("bagging", "boosting"),  # fedpgm.fedpc.trees.ENSEMBLES
-    "leaf": ("gaussian", "histogram"),  # fedpgm.circuits.learnspn.CONTINUOUS_LEAVES
+    "ensemble": ("bagging", "boosting"),  # fedpgm.fedpc.experts.ENSEMBLES
+    "leaf": ("gaussian", "histogram"),  # fedpgm.circuits.leaves.CONTINUOUS_LEAVES
     "leaf_model": ("univariate", "chow-liu", "latent-tree"),  # fedpgm.circuits.learnspn.LEAF_MODELS
     "missing": ("keep", "impute"),  # fedpgm.data.dataset.MISSING_POLICIES
     "graph": ("glasso", "bn", "ngr"),  # fedpgm.ngm.graph.GRAPH_METHODS
@@ -217,8 +217,14 @@ EmIterations = Annotated[Optional[int], typer.Option(
 
 
 def em_passes(learner: str, em_iterations: int | None) -> int:
-    """--em-iterations, or the learner's default (RAT-SPN trains by EM; LearnSPN counts)."""
-    return em_iterations if em_iterations is not None else 20 if learner == "ratspn" else 0
+    """--em-iterations, or the learner's own default (RAT-SPN trains by EM; LearnSPN counts); 0
+    for a learner without EM passes (fedpc fit's tree too)."""
+    from fedpgm.circuits.learners import LEARNERS
+
+    if em_iterations is not None:
+        return em_iterations
+    spec = LEARNERS.get(learner)
+    return (spec.default("em_iterations") if spec else None) or 0
 
 
 # Dense circuits (learner pd, fedpgm.circuits.dense_estimator.DensePC): the defaults are the FedPC

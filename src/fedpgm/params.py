@@ -15,9 +15,10 @@ a scikit-learn that moves them fails one test instead of every estimator.
 from __future__ import annotations
 
 from sklearn.base import BaseEstimator
-from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
+from sklearn.utils._param_validation import (Interval, InvalidParameterError, StrOptions,
+                                            validate_parameter_constraints)
 
-__all__ = ["CheckedParams", "Interval", "StrOptions"]
+__all__ = ["CheckedParams", "Interval", "StrOptions", "check_values"]
 
 from fedpgm.errors import FedpgmError
 
@@ -40,3 +41,15 @@ class CheckedParams(BaseEstimator):
         if unknown:
             raise FedpgmError(f"unknown parameter(s) {unknown}; parameters are {known}")
         return super().set_params(**params)
+
+
+def check_values(constraints: dict, params: dict, owner: str) -> None:
+    """``params`` (a dict of some of ``owner``'s parameters) within ``constraints``, as
+    ``check_params`` checks an estimator's own, without building one; else a ``FedpgmError``."""
+    unknown = sorted(set(params) - set(constraints))
+    if unknown:
+        raise FedpgmError(f"unknown parameter(s) {unknown} of {owner}; parameters are {sorted(constraints)}")
+    try:
+        validate_parameter_constraints({k: constraints[k] for k in params}, params, caller_name=owner)
+    except InvalidParameterError as e:
+        raise FedpgmError(str(e)) from None

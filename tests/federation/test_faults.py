@@ -265,7 +265,7 @@ def test_a_paused_supernode_misses_the_deadline_and_the_quorum_goes_on(tmp_path)
                "--min-clients", "2", "--json", str(report)], tmp_path)
 
     def fitting() -> bool:  # the ServerApp's streamed log says the 'fit' round has started
-        logs = list(cli.tmp.glob("fedpgm-fedpc-*/flower/flwr-run-*.log"))
+        logs = list(cli.tmp.glob("fedpgm-run-*/flower/flwr-run-*.log"))  # (the runner's folder)
         return any("'fit' to 3 client(s)" in log.read_text(errors="replace") for log in logs)
 
     wait_until(lambda: fitting() or cli.proc.poll() is not None, 180, "the fit round")

@@ -351,7 +351,7 @@ def test_a_run_config_names_registered_families_and_procedures_only():
     assert handlers_path("fedpc") == "fedpgm.fedpc.client:HANDLERS"
     assert procedure_path("moments") == REF_PROC
     assert name_of(REF, HANDLERS, "handler family") == "moments"
-    assert name_of("fedpgm.fedpc.experiment:server_procedure", PROCEDURES, "procedure") == "fedpc"
+    assert name_of("fedpgm.fedpc.procedure:server_procedure", PROCEDURES, "procedure") == "fedpc"
     with pytest.raises(FedpgmError, match="handler family 'fedpgm.fedpc.client:HANDLERS' cannot run on Flower"):
         handlers_path("fedpgm.fedpc.client:HANDLERS")  # what a server could have sent before
     with pytest.raises(FedpgmError, match="procedure 'os:system' cannot run on Flower; use one of moments"):

@@ -32,7 +32,7 @@ def test_fedpc_over_tls_with_node_auth_psi_and_intruders_refused(tmp_path):
     with LoopbackDeployment(tmp_path / "parts", workdir=tmp_path / "dep", pki=pki) as dep:
         assert "--enable-supernode-auth" in dep.superlink.args and "--insecure" not in dep.superlink.args
         assert all("--trusted-entities" in n.process.args for n in dep.nodes.values())  # the signed app only
-        remote = dep.run("fedpgm.fedpc.experiment:server_procedure", HANDLERS, args, timeout=600)
+        remote = dep.run("fedpgm.fedpc.procedure:server_procedure", HANDLERS, args, timeout=600)
         config = "client-id=\"intruder\" data=\"x\" schema=\"x\" workdir=\"x\""
         intruder = start(dep.supernode_args("intruder", free_port(), config, pki.node_key("intruder")),
                          tmp_path / "intruder.log", dep.env)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse.csgraph import breadth_first_order, connected_components, minimum_spanning_tree
 
-from fedpgm.circuits.leaves import ALPHA, default_leaf
+from fedpgm.circuits.leaves import ALPHA, default_leaf, leaf_type
 from fedpgm.circuits.structure import Circuit
 
 BIC_PENALTY = 1.0  # weight of an edge's BIC penalty (0: a spanning tree)
@@ -119,8 +119,7 @@ def add_tree(c: Circuit, variables: list[int], parent: np.ndarray, cpts: list[np
         var, table = variables[v], cpts[v]
         if not children[v]:  # one leaf per parent state: P(X_v | a)
             dist = default_leaf(schema.features[var].kind)
-            given[v] = [c.leaf(var, dist, {"p": row[1]} if dist == "bernoulli" else {"probs": row})
-                        for row in table]
+            given[v] = [c.leaf(var, dist, leaf_type(dist).from_probabilities(row)) for row in table]
             continue
         products = [c.product([indicator(v, x)] + [given[ch][x] for ch in children[v]])
                     for x in range(table.shape[1])]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -55,30 +55,28 @@ def pc_fit(
 
     import numpy as np
 
-    from fedpgm.circuits.learners import DENSE_LEARNERS, ESTIMATORS
+    from fedpgm.circuits.estimator import LearnSPN
+    from fedpgm.circuits.learners import learner_spec
     from fedpgm.data.images import bits_per_dim
 
-    if learner not in ESTIMATORS:
-        raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
+    spec = learner_spec(learner)
     if min_instances < 1:
         raise FedpgmError(f"--min-instances must be >= 1, got {min_instances}")
-    if select is not None and learner != "learnspn":
+    if select is not None and spec.estimator is not LearnSPN:
         raise FedpgmError("--select chooses LearnSPN's settings; use it with --learner learnspn")
-    dense = learner in DENSE_LEARNERS
-    passes = em_passes(learner, em_iterations)
-    params = ({"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf, "leaf_model": leaf_model,
-               "alpha": alpha, "row_clusters": row_clusters, "em_iterations": passes, "seed": seed,
-               "latent_states": latent_states, "em_batch_size": em_batch_size}
-              if learner == "learnspn" else
-              {"budget_s": budget_s, "leaf": leaf, "seed": seed} if learner == "learnspn-cv" else
-              dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed) if dense else
-              {"depth": depth, "repetitions": repetitions, "em_iterations": passes, "leaf": leaf,
-               "seed": seed})
-    model = ESTIMATORS[learner](**params).check_params()  # a bad setting is refused before the data is read
+    dense = spec.dense
+    node_options = {"min_instances_slice": min_instances, "threshold": threshold, "leaf": leaf,
+                    "leaf_model": leaf_model, "alpha": alpha, "row_clusters": row_clusters,
+                    "em_iterations": em_passes(learner, em_iterations), "seed": seed, "latent_states": latent_states,
+                    "em_batch_size": em_batch_size, "budget_s": budget_s, "depth": depth, "repetitions": repetitions}
+    params = (dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed) if dense else
+              {k: v for k, v in node_options.items() if k in spec.estimator._get_param_names()})  # (those it takes)
+    model: Any = spec.estimator(**params).check_params()  # a bad setting is refused before the data is read
     outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
-    if dense:
+    if not spec.takes_label:
         ds = ds.drop_label()
+    if dense:
         model.check_data(ds.schema)
     selection = None
     with stages(f"learning a {learner} circuit on {ds.name} ({len(ds.train)} rows)"
@@ -113,7 +111,7 @@ def pc_fit(
             report["test_bpd"] = bits_per_dim(report["test_loglik"], len(ds.schema))
     if ds.valid is not None:
         report["valid_loglik"] = model.score(ds.valid)
-    if ds.schema.label is not None and not dense:  # the label's test accuracy, macro-F1 (and F1 if binary)
+    if ds.schema.label is not None and spec.takes_label:  # the label's test accuracy, macro-F1 (and F1 if binary)
         from fedpgm.metrics import classification
 
         report.update(classification(model.predict_proba(ds.test), ds.test[ds.schema.label].to_numpy(dtype=float)))

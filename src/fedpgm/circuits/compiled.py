@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from fedpgm.circuits.fused import LINEAR, LinearFrontier
-from fedpgm.circuits.leaves import leaf_type
+from fedpgm.circuits.fused import LinearFrontier
+from fedpgm.circuits.leaves import LINEAR_LEAVES, leaf_type
 from fedpgm.circuits.logspace import log_sum_exp
 from fedpgm.circuits.structure import Circuit, Leaf, Sum
 
@@ -201,7 +201,7 @@ class CompiledCircuit:
             pos = dict(zip(linear.frontier, linear.positions))
             groups, layers, rows = [], [], linear.n_rows
             for g in self.groups:
-                if g.dist not in LINEAR:
+                if g.dist not in LINEAR_LEAVES:
                     pos.update({i: rows + k for k, i in enumerate(g.nodes)})
                     groups.append(replace(g, start=rows, end=rows + len(g.nodes)))
                     rows += len(g.nodes)

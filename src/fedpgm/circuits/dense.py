@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Callable, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -138,6 +139,7 @@ class LayeredPass(torch.autograd.Function):
 class DenseCircuit(nn.Module):
     """A smooth, decomposable circuit over ``graph.n_vars`` variables; see the module doc."""
 
+    dense: ClassVar[Literal[True]] = True  # (a node ``Circuit``'s is False)
     pair_region: torch.Tensor  # (E,) a buffer: the region each input pair belongs to
     inputs: "InputLayer"
 
@@ -168,8 +170,8 @@ class DenseCircuit(nn.Module):
         self.register_buffer("pair_region", torch.tensor([p for p, _ in pairs], dtype=torch.long))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed if seed is not None else 0)
-            self.inputs = INPUT_LAYERS[input_kind](
-                torch.tensor([v for _, v in pairs]), self.units, levels=levels, **self.input_options)
+            layer: Callable[..., InputLayer] = INPUT_LAYERS[input_kind]  # (each kind takes its own options)
+            self.inputs = layer(torch.tensor([v for _, v in pairs]), self.units, levels=levels, **self.input_options)
         self.layers: list[Layer] = []
         by_region: dict[int, list[int]] = {}
         for i, j in enumerate(p_order):

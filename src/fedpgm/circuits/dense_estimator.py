@@ -35,9 +35,9 @@ import torch
 
 from fedpgm.circuits import dense_train
 from fedpgm.circuits.dense import DenseCircuit
-from fedpgm.circuits.dense_inputs import INPUTS, CategoricalInput, GaussianInput
+from fedpgm.circuits.dense_inputs import INPUT_LAYERS, INPUTS, CategoricalInput, GaussianInput
 from fedpgm.circuits.estimator import NotFitted, as_matrix
-from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.io import check_meta, load_circuit, save_circuit
 from fedpgm.circuits.region_graph import STRUCTURES, build
 from fedpgm.data import images
 from fedpgm.data.schema import Feature, Schema
@@ -57,8 +57,12 @@ def resolve_device(device: str) -> torch.device:
 
 
 class DensePC(CheckedParams):
-    """Dense circuit learner; see the module doc."""
+    """Dense circuit learner; see the module doc. It learns dense circuits and models the
+    features only (``fedpgm.circuits.learners.LearnerSpec``)."""
 
+    dense = True
+    takes_label = False
+    row_settings: tuple[str, ...] = ()
     _parameter_constraints: dict = {
         "structure": [StrOptions(set(STRUCTURES))],
         "units": [Interval(Integral, 1, None, closed="left")],
@@ -132,10 +136,12 @@ class DensePC(CheckedParams):
         found = images.layout(schema)
         levels = images.levels(schema) if found else None
         shape, columns = found if found else (None, list(range(len(schema))))
-        if self.leaf == "categorical" and levels is None:
-            raise FedpgmError("categorical inputs need pixel values (an image schema with pixel levels)")
-        if self.leaf == "bernoulli" and not all(f.kind == "binary" for f in schema.features):
-            raise FedpgmError("bernoulli inputs need binary columns; use leaf gaussian or categorical")
+        inputs = INPUT_LAYERS[self.leaf]
+        if inputs.needs_levels and levels is None:
+            raise FedpgmError(f"{self.leaf} inputs need pixel values (an image schema with pixel levels)")
+        if inputs.needs_binary and not all(f.kind == "binary" for f in schema.features):
+            others = " or ".join(k for k, layer in INPUT_LAYERS.items() if not layer.needs_binary)
+            raise FedpgmError(f"{self.leaf} inputs need binary columns; use leaf {others}")
         if self.structure != "binary-trees" and shape is None:
             build(self.structure, len(columns))  # (the error naming what an image needs)
         return shape, columns, levels
@@ -145,7 +151,8 @@ class DensePC(CheckedParams):
         shape, columns, levels = self.check_data(schema)
         graph = build(self.structure, len(columns), shape, self.pieces, self.depth, self.repetitions, self.seed,
                       self.cell)
-        options = {"min_var": self.min_var, "max_var": self.max_var} if self.leaf == "gaussian" else {}
+        # the inputs' options are parameters of the same names here (min_var, max_var); levels: the schema's
+        options = {k: getattr(self, k) for k in INPUT_LAYERS[self.leaf].extras if k != "levels"}
         model = DenseCircuit(graph, self.units, self.leaf, levels, options, seed=self.seed)
         model.schema, model.columns = schema, columns
         return model.to(resolve_device(self.device))
@@ -261,7 +268,8 @@ class DensePC(CheckedParams):
 
     @classmethod
     def load(cls, folder) -> "DensePC":
+        """The ``DensePC`` saved in ``folder`` (``fedpgm.circuits.learners.load_model`` loads any estimator's)."""
         circuit, meta = load_circuit(folder)
         if not isinstance(circuit, DenseCircuit):
             raise FedpgmError(f"{folder} holds a node circuit; load it with fedpgm.circuits.learners.load_model")
-        return cls.from_circuit(circuit, meta)
+        return cls.from_circuit(circuit, check_meta(meta, True, str(folder), {cls.__name__: cls}))

@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Callable
 
 import torch
 from torch import nn
 
 from fedpgm.errors import FedpgmError
 
-INPUTS = ("gaussian", "categorical", "bernoulli")
 EPS = 1e-12
 
 
@@ -47,9 +45,15 @@ def log_normal_mass(lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
 
 class InputLayer(nn.Module, ABC):
     """Shared bookkeeping: which variable each pair reads (``var``, (E,)); each kind of input
-    implements the four methods below."""
+    implements the four methods below. What a kind needs is said here, once: ``extras`` (its
+    constructor options beyond ``var`` and ``units``, what ``spec`` stores), ``floats`` (numbers
+    per pair and unit; None: one per level), ``needs_levels`` (pixel values) and ``needs_binary``
+    (binary columns)."""
 
     kind = ""
+    extras: tuple[str, ...] = ()
+    floats: int | None = None
+    needs_levels = needs_binary = False
     var: torch.Tensor  # (E,) a buffer: moves with the module
 
     def __init__(self, var: torch.Tensor, units: int) -> None:
@@ -88,9 +92,9 @@ class InputLayer(nn.Module, ABC):
     def m_step(self, stats: dict[str, torch.Tensor], step: float) -> None:
         """Move parameters ``step`` of the way to the maximiser of the expected statistics."""
 
-    @abstractmethod
     def extra(self) -> dict:
         """The constructor options beyond ``var`` and ``units`` (what ``spec`` stores)."""
+        return {k: getattr(self, k) for k in self.extras}
 
     @abstractmethod
     def draw(self, units: torch.Tensor, how: str, generator: torch.Generator | None) -> torch.Tensor:
@@ -98,7 +102,7 @@ class InputLayer(nn.Module, ABC):
 
 
 class GaussianInput(InputLayer):
-    kind = "gaussian"
+    kind, extras, floats = "gaussian", ("levels", "min_var", "max_var"), 2
 
     def __init__(self, var, units: int, levels: int | None = None, min_var: float = 1e-3, max_var: float = 0.25,
                  init: torch.Tensor | None = None) -> None:
@@ -154,12 +158,9 @@ class GaussianInput(InputLayer):
             return torch.round(mean * (self.levels - 1)).clamp(0, self.levels - 1)
         return mean
 
-    def extra(self) -> dict:
-        return {"levels": self.levels, "min_var": self.min_var, "max_var": self.max_var}
-
 
 class CategoricalInput(InputLayer):
-    kind = "categorical"
+    kind, extras, needs_levels = "categorical", ("levels",), True
 
     def __init__(self, var, units: int, levels: int | None = None, init: torch.Tensor | None = None) -> None:
         super().__init__(var, units)
@@ -199,12 +200,9 @@ class CategoricalInput(InputLayer):
         flat = torch.multinomial(torch.exp(chosen.reshape(-1, self.levels)), 1, generator=generator)
         return flat.reshape(units.shape).to(self.logits.dtype)
 
-    def extra(self) -> dict:
-        return {"levels": self.levels}
-
 
 class BernoulliInput(InputLayer):
-    kind = "bernoulli"
+    kind, floats, needs_binary = "bernoulli", 1, True
 
     def __init__(self, var, units: int, levels: int | None = None, init: torch.Tensor | None = None) -> None:
         super().__init__(var, units)
@@ -231,12 +229,9 @@ class BernoulliInput(InputLayer):
             return (p > 0.5).to(p.dtype)
         return torch.bernoulli(p, generator=generator)
 
-    def extra(self) -> dict:
-        return {}
 
-
-INPUT_LAYERS: dict[str, Callable[..., InputLayer]] = {
-    c.kind: c for c in (GaussianInput, CategoricalInput, BernoulliInput)}
+INPUT_LAYERS: dict[str, type[InputLayer]] = {c.kind: c for c in (GaussianInput, CategoricalInput, BernoulliInput)}
+INPUTS = tuple(INPUT_LAYERS)
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ from sklearn.utils.validation import validate_data
 from fedpgm.circuits import queries
 from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.em import em, em_best_of
-from fedpgm.circuits.io import load_circuit, save_circuit
+from fedpgm.circuits.io import check_meta, load_circuit, save_circuit
 from fedpgm.circuits.latent_tree import LATENT_STATES
 from fedpgm.circuits.leaves import ALPHA, MIN_STD_FRACTION, std_floors
 from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES, LEAF_MODELS, learn_spn
@@ -59,9 +59,14 @@ TARGET = "target"  # the label column added by ``fit(X, y)``
 
 
 class CircuitEstimator(CheckedParams, ABC):
-    """Shared query API; subclasses implement ``_learn(schema, X, floors) -> Circuit``."""
+    """Shared query API; subclasses implement ``_learn(schema, X, floors) -> Circuit``. What
+    callers ask of a learner (``fedpgm.circuits.learners.LearnerSpec``): it learns node circuits
+    (``dense``), models the label as a variable (``takes_label``), and ``row_settings`` are its
+    parameters counted in rows, which a FedPC client raises to its policy's ``min_rows``."""
 
-    by_name: dict[str, type["CircuitEstimator"]] = {}  # every estimator class, by the name files record
+    dense = False
+    takes_label = True
+    row_settings: tuple[str, ...] = ()
     precision = "float64"
     _parameter_constraints: dict = {
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
@@ -133,10 +138,6 @@ class CircuitEstimator(CheckedParams, ABC):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # a missing value: marginalised in queries, skipped in fit
         return tags
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        CircuitEstimator.by_name[cls.__name__] = cls
 
     def _matrix(self, X, y=None) -> np.ndarray:
         """Query rows in schema order; for a model fitted with ``y``, X may leave out the label
@@ -213,17 +214,16 @@ class CircuitEstimator(CheckedParams, ABC):
 
     @classmethod
     def load(cls, folder) -> "CircuitEstimator":
+        """The ``cls`` saved in ``folder`` (``fedpgm.circuits.learners.load_model`` loads any estimator's)."""
         circuit, meta = load_circuit(folder)
         if not isinstance(circuit, Circuit):
             raise FedpgmError(f"{folder} holds a dense circuit; load it with fedpgm.circuits.learners.load_model")
-        return cls.from_circuit(circuit, meta)
+        return cls.from_circuit(circuit, check_meta(meta, False, str(folder), {cls.__name__: cls}))
 
     @classmethod
     def from_circuit(cls, circuit: Circuit, meta: dict) -> "CircuitEstimator":
-        """The estimator that saved ``circuit`` (its class and parameters from ``meta``)."""
-        import fedpgm.circuits.learners  # noqa: F401  (defines every estimator class: LearnSPNCV too)
-        default = cls if cls is not CircuitEstimator else LearnSPN  # any class can answer queries
-        model = CircuitEstimator.by_name.get(str(meta.get("estimator")), default)()  # the class that saved it
+        """A ``cls`` answering queries of ``circuit``, with the parameters ``meta`` records."""
+        model = cls()
         known = model._get_param_names()
         model.set_params(**{k: v for k, v in meta.get("params", {}).items() if k in known})
         model.schema_, model.circuit_ = circuit.schema, circuit
@@ -241,6 +241,7 @@ class LearnSPN(CircuitEstimator):
     ``seed + k``, its step sizes starting afresh). ``min_leaf_rows``: every parameter, learned or
     refitted by EM, is a statistic of at least that many rows (``learn_spn``, ``em``)."""
 
+    row_settings = ("min_instances_slice",)
     _parameter_constraints = {
         **CircuitEstimator._parameter_constraints,
         "min_instances_slice": [Interval(Integral, 1, None, closed="left")],

@@ -29,11 +29,10 @@ import warnings
 import numpy as np
 import torch
 
-from fedpgm.circuits.leaves import LOG_2PI
+from fedpgm.circuits.leaves import CONTINUOUS_LEAVES, LINEAR_LEAVES, LOG_2PI, leaf_type
 from fedpgm.circuits.logspace import log_sum_exp
 from fedpgm.circuits.structure import Leaf, Product, Sum
 
-LINEAR = ("gaussian", "bernoulli", "categorical")  # leaf types with linear log-densities
 LOG_ZERO = -1e30  # finite stand-in for log 0 (0 x -inf would be NaN in a matmul)
 DENSE_LIMIT = 0.05  # use a dense coefficient matrix above this fill ratio
 MAX_TERMS = 64  # a sum stays a layer (is not flattened) above this many terms
@@ -129,14 +128,14 @@ class LinearFrontier:
         """Per continuous variable, a centre and scale from its leaves (keeps z moderate)."""
         means: dict[int, list] = {}
         for i, n in enumerate(nodes):
-            if linear[i] and isinstance(n, Leaf) and n.dist == "gaussian":
+            if linear[i] and isinstance(n, Leaf) and n.dist in CONTINUOUS_LEAVES:
                 means.setdefault(n.var, []).append((float(n.params["mean"]), float(n.params["std"])))
         center = {v: float(np.mean([m for m, _ in ms])) for v, ms in means.items()}
         scale = {v: float(max(np.std([m for m, _ in ms]), max(s for _, s in ms))) for v, ms in means.items()}
         return center, scale
 
     def leaf_coefficients(self, leaf: Leaf, mode: str) -> dict[tuple[str, int], float]:
-        if leaf.dist == "gaussian":
+        if leaf.dist in CONTINUOUS_LEAVES:  # (a Gaussian: the continuous type that is linear)
             mu, sd = float(leaf.params["mean"]), float(leaf.params["std"])
             c, s = self.center[leaf.var], self.scale[leaf.var]
             r, d = s / sd, (c - mu) / sd  # (x - mu) / sd = r z + d
@@ -145,8 +144,7 @@ class LinearFrontier:
                    self.slot[(leaf.var, "obs")]: -0.5 * d * d + log_norm}
             out[self.slot[(leaf.var, "miss")]] = log_norm if mode == "max" else 0.0
             return out
-        probs = (np.array([1 - float(leaf.params["p"]), float(leaf.params["p"])])
-                 if leaf.dist == "bernoulli" else np.asarray(leaf.params["probs"], dtype=float))
+        probs = leaf_type(leaf.dist).probabilities(leaf.params)
         with np.errstate(divide="ignore"):
             logp = np.maximum(np.log(probs), LOG_ZERO)
         out = {self.slot[(leaf.var, s)]: float(lp) for s, lp in enumerate(logp)}
@@ -241,7 +239,7 @@ def mixtures(nodes) -> list[Terms | None]:
     out: list[Terms | None] = []
     for i, n in enumerate(nodes):
         if isinstance(n, Leaf):
-            out.append([(0.0, (i,))] if n.dist in LINEAR else None)
+            out.append([(0.0, (i,))] if n.dist in LINEAR_LEAVES else None)
             continue
         kids = [out[c] for c in n.children]
         if any(k is None or (uses[c] > 1 and (isinstance(n, Sum) or len(k) > 1)) for c, k in zip(n.children, kids)):

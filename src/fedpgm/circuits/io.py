@@ -9,9 +9,10 @@ still a handful of tensors. Loading never executes anything (JSON and safetensor
 checks everything: every field's type and allowed values (format tag, node types, child order,
 variables, leaf types and shapes; a dense spec's region graph, K, inputs and their size, which
 may not exceed what the arrays hold, so nothing is allocated for a spec the file cannot back;
-``meta``'s estimator, a name from the registry, and its parameters, checked as that estimator
-checks them), that the packed arrays are consumed exactly, that every number is finite, and
-finally the circuit's validity (weights, smoothness, decomposability, leaf parameters such as
+``meta``'s estimator, given the classes a loader answers with (``learners.load_model``'s), one
+of them for this kind of circuit, and its parameters, checked as that estimator checks them),
+that the packed arrays are consumed exactly, that every number is finite, and finally the
+circuit's validity (weights, smoothness, decomposability, leaf parameters such as
 std >= ``MIN_STD``); a crafted or corrupt file fails with one clear ``FedpgmError`` naming the
 file and the field. ``structure.json`` records the size and SHA-256 of ``params.safetensors``
 (checked before the arrays are read) and its own checksum (``fedpgm.model_files.seal``).
@@ -23,6 +24,7 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError
@@ -44,14 +46,12 @@ STRUCTURE, PARAMS = "structure.json", "params.safetensors"
 KEYS = {FORMAT: ("format", "schema", "nodes", "meta"), DENSE_FORMAT: ("format", "spec", "meta")}
 FILE_KEYS = ("params", SEAL)  # what a file adds to a payload's document
 SPEC_KEYS = ("graph", "units", "input", "levels", "input_options", "schema", "columns")
-INPUT_OPTIONS = {"gaussian": ("levels", "min_var", "max_var"), "categorical": ("levels",), "bernoulli": ()}
-FLOATS_PER_PAIR = {"gaussian": 2, "bernoulli": 1}  # categorical: one per level
 MAX_UNITS, MAX_LEVELS, MAX_DIMS, MAX_SIZE = 2 ** 16, 2 ** 16, 8, 2 ** 40
 
 
 def to_payload(circuit: Circuit | DenseCircuit, meta: dict | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """The structure document and the packed parameter arrays (what files and messages carry)."""
-    if isinstance(circuit, DenseCircuit):
+    if circuit.dense:
         return {"format": DENSE_FORMAT, "spec": circuit.spec(), "meta": meta or {}}, circuit.arrays()
     circuit.validate()
     nodes: list[dict] = []
@@ -88,8 +88,9 @@ def save_payload(doc: dict, tensors: dict[str, np.ndarray], folder: str | Path) 
     return folder
 
 
-def load_circuit(folder: str | Path) -> tuple[Circuit | DenseCircuit, dict]:
-    """Read a saved circuit and its ``meta``; every inconsistency is a ``FedpgmError``."""
+def load_circuit(folder: str | Path, estimators: dict[str, Any] | None = None) -> tuple[Circuit | DenseCircuit, dict]:
+    """Read a saved circuit and its ``meta``; every inconsistency is a ``FedpgmError``.
+    ``estimators``: the classes ``meta`` may name, by the name ``save`` records (``check_meta``)."""
     folder = Path(folder)
     where = str(folder / STRUCTURE)
     for name in (STRUCTURE, PARAMS):
@@ -102,7 +103,7 @@ def load_circuit(folder: str | Path) -> tuple[Circuit | DenseCircuit, dict]:
         tensors = load_file(str(folder / PARAMS))
     except (SafetensorError, OSError, ValueError) as e:
         raise FedpgmError(f"{where}: {PARAMS} is not a valid safetensors file ({e})") from None
-    model, meta = from_payload(doc, tensors, where)
+    model, meta = from_payload(doc, tensors, where, estimators)
     check_seal(doc, where)
     return model, meta
 
@@ -116,10 +117,11 @@ def check_document(doc, where: str, optional=()) -> str:
     return fmt
 
 
-def from_payload(doc, tensors: dict[str, np.ndarray], where: str = "circuit") -> tuple[Circuit | DenseCircuit, dict]:
+def from_payload(doc, tensors: dict[str, np.ndarray], where: str = "circuit",
+                 estimators: dict[str, Any] | None = None) -> tuple[Circuit | DenseCircuit, dict]:
     """Rebuild a circuit from ``to_payload``'s output, checking everything (see module doc)."""
     fmt = check_document(doc, where, FILE_KEYS)
-    meta = check_meta(doc["meta"], fmt == DENSE_FORMAT, where)
+    meta = check_meta(doc["meta"], fmt == DENSE_FORMAT, where, estimators)
     check_arrays(tensors, where)
     if fmt == DENSE_FORMAT:
         if meta and isinstance(doc["spec"], dict) and doc["spec"].get("schema") is None:
@@ -142,27 +144,22 @@ def check_arrays(tensors, where: str) -> None:
 
 
 # -- meta: the estimator that saved the circuit -----------------------------------------------
-def estimators(dense: bool) -> dict:
-    """The estimator classes a circuit file may name, by the name ``save`` records."""
-    import fedpgm.circuits.learners  # noqa: F401  (they import this module; defines every class)
-    from fedpgm.circuits.dense_estimator import DensePC
-    from fedpgm.circuits.estimator import CircuitEstimator
-
-    return {DensePC.__name__: DensePC} if dense else dict(CircuitEstimator.by_name)
-
-
-def check_meta(meta, dense: bool, where: str) -> dict:
-    """``{}`` or ``{"estimator": a registered name, "params": its valid parameters}``."""
+def check_meta(meta, dense: bool, where: str, estimators: dict[str, Any] | None = None) -> dict:
+    """``{}`` or ``{"estimator": a name, "params": an object}``; given ``estimators`` (classes by
+    the name ``save`` records), a name among those of this kind of circuit (their ``dense``) and
+    parameters valid for it."""
     check_keys(meta, where, "meta", (), ("estimator", "params"))
     if not meta:
         return meta
     check_keys(meta, where, "meta", ("estimator", "params"))
     name = need(meta["estimator"], str, where, "meta.estimator")
-    registry = estimators(dense)
+    params = need(meta["params"], dict, where, "meta.params", "an object")
+    if estimators is None:
+        return meta
+    registry = {k: cls for k, cls in estimators.items() if cls.dense == dense}
     if name not in registry:
         raise BadModelFile(f"{where}: field 'meta.estimator' is {name[:60]!r}; a "
                            f"{'dense' if dense else 'node'} circuit's estimator is one of {sorted(registry)}")
-    params = need(meta["params"], dict, where, "meta.params", "an object")
     missing = sorted(set(registry[name]._get_param_names()) - set(params))
     if missing:
         raise BadModelFile(f"{where}: field 'meta.params' lacks {missing[:5]}; {name} saves all its parameters")
@@ -242,7 +239,7 @@ def dense_graph(spec, budget: int, where: str) -> RegionGraph:
     if kind not in INPUT_LAYERS:
         raise BadModelFile(f"{where}: field 'spec.input' is {kind[:40]!r}, not one of {sorted(INPUT_LAYERS)}")
     levels = None if spec["levels"] is None else need_int(spec["levels"], where, "spec.levels", 2, MAX_LEVELS)
-    options = check_keys(spec["input_options"], where, "spec.input_options", (), INPUT_OPTIONS.get(kind, ()))
+    options = check_keys(spec["input_options"], where, "spec.input_options", (), INPUT_LAYERS[kind].extras)
     for k, v in options.items():
         if k == "levels" and v != levels:
             raise BadModelFile(f"{where}: field 'spec.input_options.levels' differs from 'spec.levels'")
@@ -287,7 +284,7 @@ def spec_bytes(graph: RegionGraph, units: int, kind: str, levels: int | None) ->
     reach = DenseCircuit.reachable(graph)
     per_region = Counter(p for p, _, _ in graph.partitions if p in reach)
     pairs = sum(len(graph.regions[r]) for r in reach if r not in per_region)
-    per_pair = FLOATS_PER_PAIR.get(kind, levels or 0)
+    per_pair = INPUT_LAYERS[kind].floats or levels or 0
     floats = (sum(per_region.values()) * units ** 3 + len(reach) * units * max(per_region.values(), default=1)
               + units + pairs * units * per_pair)
     return 4 * floats

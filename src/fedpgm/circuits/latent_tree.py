@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedpgm.circuits.chow_liu import breadth_first
-from fedpgm.circuits.leaves import default_leaf
+from fedpgm.circuits.leaves import default_leaf, leaf_type
 from fedpgm.circuits.structure import Circuit
 
 LATENT_STATES = 12  # hidden states per variable (as the HCLT results in ../shared/notes/circuits.md)
@@ -55,7 +55,7 @@ def add_latent_tree(c: Circuit, variables: list[int], parent: np.ndarray, cpts: 
         for z in range(states):
             emission = np.full(r, EMISSION_NOISE / (r - 1))
             emission[z % r] = 1.0 - EMISSION_NOISE
-            leaf = c.leaf(var, dist, {"p": emission[1]} if dist == "bernoulli" else {"probs": emission})
+            leaf = c.leaf(var, dist, leaf_type(dist).from_probabilities(emission))
             below = [given[ch][z] for ch in children[v]]
             products.append(c.product([leaf] + below) if below else leaf)
         observed = np.arange(states) % r  # the observed state each hidden state stands for

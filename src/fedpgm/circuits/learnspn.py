@@ -35,14 +35,13 @@ from sklearn.exceptions import ConvergenceWarning
 
 from fedpgm.circuits.chow_liu import add_tree, chow_liu
 from fedpgm.circuits.latent_tree import LATENT_STATES, add_latent_tree, floor_cpts
-from fedpgm.circuits.leaves import ALPHA, default_leaf, floored_values, leaf_type, std_floors
+from fedpgm.circuits.leaves import ALPHA, CONTINUOUS_LEAVES, default_leaf, floored_values, leaf_type, std_floors
 from fedpgm.circuits.rdc import rdc_matrix, restrict_order
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.threads import threads_for
 
-CONTINUOUS_LEAVES = ("gaussian", "histogram")  # leaf kinds for continuous variables
 LEAF_MODELS = ("univariate", "chow-liu", "latent-tree")  # how a slice that stops splitting is modelled
 
 
@@ -194,7 +193,7 @@ def learn_spn(schema: Schema, X: np.ndarray, min_instances_slice: int = 100, thr
     if not 0.0 <= threshold <= 1.0:
         raise FedpgmError(f"threshold must lie in [0, 1] (an RDC value), got {threshold}")
     if leaf not in CONTINUOUS_LEAVES:
-        raise FedpgmError(f"continuous leaf must be 'gaussian' or 'histogram', got '{leaf}'")
+        raise FedpgmError(f"continuous leaf must be {' or '.join(map(repr, CONTINUOUS_LEAVES))}, got '{leaf}'")
     if not alpha > 0:
         raise FedpgmError(f"alpha (the leaves' pseudo-count) must be > 0, got {alpha}")
     if row_clusters < 2:

@@ -42,10 +42,14 @@ HIST_MAX_BINS = 64
 
 
 class LeafType(ABC):
-    """Interface of a leaf type; subclasses are registered in ``LEAF_TYPES``."""
+    """Interface of a leaf type; subclasses are registered in ``LEAF_TYPES`` and say what they are:
+    ``kinds`` (the feature kinds it models) and ``linear`` (its log-density is linear in
+    ``fedpgm.circuits.fused``'s features: the Gaussian's in z and z^2, a discrete type's in the
+    value's one-hot, weighted by the logs of its ``probabilities``)."""
 
     name: str = ""
     kinds: tuple[str, ...] = ()
+    linear = False
 
     @staticmethod
     @abstractmethod
@@ -113,6 +117,16 @@ class LeafType(ABC):
     def check(params: dict[str, np.ndarray]) -> None:
         """Raise ValueError if the parameters are not a valid distribution."""
         ...
+
+    @staticmethod
+    def probabilities(params: dict[str, np.ndarray]) -> np.ndarray:
+        """(states,) a discrete type's probability of each state."""
+        raise NotImplementedError
+
+    @staticmethod
+    def from_probabilities(probs: np.ndarray) -> dict[str, np.ndarray]:
+        """A discrete type's parameters for the probability of each state ``probs`` (states,)."""
+        raise NotImplementedError
 
 
 LEAF_TYPES: dict[str, type[LeafType]] = {}
@@ -186,7 +200,7 @@ def gaussian_log_prob(x, mean, std):
 
 @register
 class Gaussian(LeafType):
-    name, kinds = "gaussian", ("continuous",)
+    name, kinds, linear = "gaussian", ("continuous",), True
 
     @staticmethod
     def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA, min_rows=1):
@@ -233,7 +247,7 @@ class Gaussian(LeafType):
 
 @register
 class Bernoulli(LeafType):
-    name, kinds = "bernoulli", ("binary",)
+    name, kinds, linear = "bernoulli", ("binary",), True
 
     @staticmethod
     def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA, min_rows=1):
@@ -275,10 +289,18 @@ class Bernoulli(LeafType):
         if not 0.0 <= float(params["p"]) <= 1.0:
             raise ValueError("a Bernoulli needs 0 <= p <= 1")
 
+    @staticmethod
+    def probabilities(params):
+        return np.array([1 - float(params["p"]), float(params["p"])])
+
+    @staticmethod
+    def from_probabilities(probs):
+        return {"p": probs[1]}
+
 
 @register
 class Categorical(LeafType):
-    name, kinds = "categorical", ("binary", "categorical", "ordinal")
+    name, kinds, linear = "categorical", ("binary", "categorical", "ordinal"), True
 
     @staticmethod
     def fit(x, w, cardinality, min_std=MIN_STD, alpha=ALPHA, min_rows=1):
@@ -331,6 +353,14 @@ class Categorical(LeafType):
         probs = params["probs"]
         if probs.ndim != 1 or not (probs >= 0).all() or not abs(probs.sum() - 1) <= 1e-6:
             raise ValueError("categorical probabilities must be >= 0 and sum to 1")
+
+    @staticmethod
+    def probabilities(params):
+        return np.asarray(params["probs"], dtype=float)
+
+    @staticmethod
+    def from_probabilities(probs):
+        return {"probs": probs}
 
 
 def histogram_edges(x: np.ndarray, w: np.ndarray, min_std: float = MIN_STD,
@@ -485,6 +515,10 @@ class Histogram(LeafType):
             raise ValueError("a histogram needs increasing edges and bin probabilities summing to 1")
         if not (MIN_STD <= params["std"] < np.inf and 0 < params["eps"] < 1):
             raise ValueError(f"a histogram's tail needs a finite std >= {MIN_STD} and 0 < eps < 1")
+
+
+CONTINUOUS_LEAVES = tuple(n for n, t in LEAF_TYPES.items() if "continuous" in t.kinds)  # a learner's ``leaf``
+LINEAR_LEAVES = tuple(n for n, t in LEAF_TYPES.items() if t.linear)  # what ``fedpgm.circuits.fused`` fuses
 
 
 def default_leaf(kind: str, continuous: str = "gaussian") -> str:

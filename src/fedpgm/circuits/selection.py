@@ -387,6 +387,7 @@ class LearnSPNCV(CircuitEstimator):
     the circuit is the chosen model's (fitted on the other rows) and ``selection_`` the search's
     report. A FedPC client given this learner chooses its own settings on its own rows."""
 
+    row_settings = ("min_instances_floor",)
     _parameter_constraints = {
         **CircuitEstimator._parameter_constraints,
         "budget_s": [Interval(Real, 0, None, closed="neither")],

@@ -14,7 +14,7 @@ exactly these).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import ClassVar, Literal, Sequence
 
 import numpy as np
 
@@ -53,6 +53,7 @@ class Circuit:
     the last node the root. Compile it (``CompiledCircuit``) to evaluate it."""
     schema: Schema
     nodes: list[Node] = field(default_factory=list)
+    dense: ClassVar[Literal[False]] = False  # (``DenseCircuit``'s is True: how files and queries tell them apart)
 
     # -- building -------------------------------------------------------------------------
     def add(self, node: Node) -> int:

@@ -9,7 +9,16 @@ anything else is refused with the list of what exists. In-process federations ta
 
 from __future__ import annotations
 
+from importlib.resources import files
+from pathlib import Path
+
 from fedpgm.errors import FedpgmError
+
+def app_dir() -> Path:
+    """The Flower app (``pyproject.toml`` naming the ServerApp and ClientApp) that ``flwr run``
+    builds and signs."""
+    return Path(str(files("fedpgm.federation") / "flower_app"))
+
 
 # family -> the HandlerSet a SuperNode serves for it
 HANDLERS = {
@@ -23,7 +32,7 @@ HANDLERS = {
 # procedure -> the server function ``procedure(federation, **args) -> dict``
 PROCEDURES = {
     "moments": "fedpgm.federation.reference:federated_moments",
-    "fedpc": "fedpgm.fedpc.experiment:server_procedure",
+    "fedpc": "fedpgm.fedpc.procedure:server_procedure",
     "ngm": "fedpgm.ngm.experiment:server_procedure",
     "concepts": "fedpgm.concepts.experiment:server_procedure",
     "naive_bayes": "fedpgm.naive_bayes:fit_naive_bayes",

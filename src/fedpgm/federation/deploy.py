@@ -33,14 +33,13 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation.identity import Identity
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.federation.apps import HANDLERS, PROCEDURES, name_of
+from fedpgm.federation.apps import HANDLERS, PROCEDURES, app_dir, name_of
 from fedpgm.federation.lifecycle import guard
 from fedpgm.federation.pki import Pki, sign_app
 from fedpgm.federation.reaper import alive as group_alive
@@ -79,10 +78,6 @@ def port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def app_dir() -> Path:
-    return Path(str(files("fedpgm.federation") / "flower_app"))
 
 
 def flwr_tool(name: str) -> str:

@@ -199,7 +199,7 @@ def sign_app(key: str | Path, out: str | Path, app: Path | None = None, signer: 
     one): writes ``out/<SHA-256 of the FAB>.json``, the verification entry the gateway attaches."""
     from flwr.cli.build import build_fab_from_disk
 
-    from fedpgm.federation.deploy import app_dir
+    from fedpgm.federation.apps import app_dir
 
     fab = build_fab_from_disk(app or app_dir())
     Path(out).mkdir(parents=True, exist_ok=True)

@@ -161,7 +161,7 @@ def fit(
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap, regions, band),
                            centralized=not no_centralized, timeout=timeout, min_clients=min_clients,
-                           align=align, smoothing=smoothing).check()  # (before any data is read)
+                           align=align, smoothing=smoothing).check(fcdt=learner == "tree")  # (before any data)
     outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     if learner == "tree":

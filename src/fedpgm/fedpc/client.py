@@ -29,9 +29,11 @@ import numpy as np
 import pandas as pd
 from sklearn.cluster import KMeans
 
-from fedpgm.circuits.learners import ESTIMATORS, log_likelihood_of
 from fedpgm.circuits import learnspn
+from fedpgm.circuits.dense_inputs import INPUTS
 from fedpgm.circuits.io import load_circuit, save_payload, to_payload
+from fedpgm.circuits.learners import LEARNERS, learner_spec, log_likelihood_of
+from fedpgm.circuits.leaves import CONTINUOUS_LEAVES
 from fedpgm.data.partition import ClientData
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.data.schema import Feature, Schema
@@ -73,7 +75,7 @@ BIG = 10**9  # a row count no table reaches: "no upper bound" for row settings
 # Every learner setting a server may send, bounded so that no request can make a client spend
 # unbounded memory or time; each learner's own parameter validation checks the rest.
 PARAMS = Fields({
-    "seed": Int(0, 2**32 - 1), "leaf": Choice("gaussian", "histogram", "bernoulli", "categorical"),
+    "seed": Int(0, 2**32 - 1), "leaf": Choice(*dict.fromkeys(CONTINUOUS_LEAVES + INPUTS)),
     "precision": Choice("float32", "float64"), "min_std_fraction": Float(1e-6, 1.0), "by_label": Flag(),
     "min_leaf_rows": Int(1, BIG),
     # learnspn
@@ -90,7 +92,7 @@ PARAMS = Fields({
     "method": Text(32), "epochs": Int(1, 1000), "frequency": Int(1, 1000), "step": Float(0.0, 1.0),
     "lr": Float(0.0, 10.0), "min_var": Float(1e-9, 1.0), "max_var": Float(1e-9, 1e3), "device": Choice("auto", "cpu"),
 })
-FIT = Contract({"shared": ListOf(Columns(), 64), "own": Columns(), "learner": Choice(*ESTIMATORS),
+FIT = Contract({"shared": ListOf(Columns(), 64), "own": Columns(), "learner": Choice(*LEARNERS),
                 "clusters": Int(1, 256), "params": PARAMS, "send": Flag(), "memberships": Flag()},
                required=("shared", "own", "learner", "clusters", "params", "send"))
 LOGLIK = Contract({"columns": Columns()}, required=("columns",),
@@ -112,12 +114,11 @@ def describe(request: Message, ctx: ClientContext) -> Message:
 def learn(ctx: ClientContext, names: list[str], rows: np.ndarray, learner: str, params: dict):
     """The circuit of ``rows`` x ``names``; an auto slice minimum is resolved from those rows
     (``fedpgm.fedpc.defaults``), at least the client's policy floor."""
-    if learner not in ESTIMATORS:
-        raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
+    estimator = learner_spec(learner).estimator
     schema = ctx.data.schema.select(names)
     whole = ctx.data.train[schema.names]
     params = defaults.resolve(params, len(rows), ctx.policy.min_rows)
-    return ESTIMATORS[learner](**params).fit(whole.iloc[rows], schema, reference=whole).circuit_
+    return estimator(**params).fit(whole.iloc[rows], schema, reference=whole).circuit_
 
 
 def standardised(x: np.ndarray) -> np.ndarray:
@@ -204,14 +205,14 @@ def fit(request: Message, ctx: ClientContext) -> Message:
         if ctx.state.get(MEMBERSHIPS):  # rows out of their cluster means (453 of 455 values, 62 fits)
             raise PolicyRefusal(f"client '{ctx.client_id}' sends cluster memberships once per run; start a new run")
         ctx.state[MEMBERSHIPS] = True
-    if params.get("min_instances_slice") is not None:  # the client's floor, whatever the server asked
-        params["min_instances_slice"] = ctx.floor("min_instances_slice", params["min_instances_slice"])
-    if learner in ("learnspn", "learnspn-cv", "ratspn", "pd"):
-        # every leaf parameter (fitted, refitted by EM or trained by Adam, a histogram's edges) is a
-        # statistic of min_rows rows, so EM is safe and no setting is lowered for it
-        params["min_leaf_rows"] = ctx.policy.min_rows
-    if learner == "learnspn-cv":  # the settings this client chooses stay above its floor too
-        params["min_instances_floor"] = ctx.floor("min_instances_floor", params.get("min_instances_floor", 1))
+    spec = learner_spec(learner)
+    for name in spec.row_settings:  # the client's floor, whatever the server asked (None: auto, resolved later)
+        requested = params.get(name, spec.default(name))
+        if requested is not None:
+            params[name] = ctx.floor(name, requested)
+    # every leaf parameter (fitted, refitted by EM or trained by Adam, a histogram's edges) is a
+    # statistic of min_rows rows, so EM is safe and no setting is lowered for it (every learner)
+    params["min_leaf_rows"] = ctx.policy.min_rows
     start = time.process_time()
     arrays, entries = {}, []
     folder = ctx.workdir / FOLDER

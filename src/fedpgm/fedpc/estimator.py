@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from fedpgm.params import Interval, StrOptions
 
-from fedpgm.circuits.learners import ESTIMATORS
+from fedpgm.circuits.learners import LEARNERS
 from fedpgm.data.partition import Partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.estimator import FederatedEstimator
@@ -52,7 +52,7 @@ class FederatedPC(FederatedEstimator):
         "clusters": [Interval(Integral, 1, None, closed="left"), None],
         "glue": [StrOptions(set(GLUES))],
         "products": [Interval(Integral, 1, None, closed="left"), None],
-        "learner": [StrOptions(set(ESTIMATORS))],
+        "learner": [StrOptions(set(LEARNERS))],
         "params": [dict, None],
         "min_clients": [Interval(Integral, 1, None, closed="left"), None],
         "align": [StrOptions({"none", "psi"})],
@@ -76,6 +76,13 @@ class FederatedPC(FederatedEstimator):
         self.smoothing = smoothing
         self.seed = seed
 
+    def fit_args(self) -> dict:
+        """``fit_fedpc``'s keyword arguments (the model assembled at the server)."""
+        return {"clusters": self.clusters, "glue_how": self.glue, "products": self.products,
+                "learner": self.learner, "params": dict(self.params or {}), "placement": "server",
+                "seed": self.seed, "min_clients": self.min_clients, "align": self.align,
+                "smoothing": self.smoothing}
+
     def check_params(self) -> "FederatedPC":
         """The parameters' ranges, then the learner's ``params`` (``learner_params``) and the
         quorum's company: a one-line ``FedpgmError`` for the first that does not hold."""
@@ -88,14 +95,9 @@ class FederatedPC(FederatedEstimator):
         return self
 
     def _fit(self, partition: Partition, **fit_params: Any) -> tuple[FedPC, dict]:
-        from fedpgm.fedpc.experiment import FitSettings, fit_federated
+        from fedpgm.fedpc.procedure import fit_on
 
-        settings = FitSettings(split=partition.split, clients=len(partition.clients), clusters=self.clusters,
-                               glue=self.glue, products=self.products, learner=self.learner,
-                               params=dict(self.params or {}), backend=self.backend, seed=self.seed,
-                               centralized=False, timeout=self.timeout, min_clients=self.min_clients,
-                               align=self.align, smoothing=self.smoothing)
-        _, model = fit_federated(partition, None, settings)
+        _, model = fit_on(partition, self.fit_args(), self.backend, self.timeout)
         assert isinstance(model, FedPC)  # (method "fedpc")
         return model, model.info
 

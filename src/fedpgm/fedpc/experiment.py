@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedpgm.circuits.learners import DENSE_LEARNERS, ESTIMATORS
+from fedpgm.circuits.learners import learner_spec
 from fedpgm.data import images
 from fedpgm.data import partition
 from fedpgm.data.partition import SPLITS, most_clients
@@ -30,13 +30,14 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
-from fedpgm.federation.runner import run
 from fedpgm.metrics import classification
 from fedpgm.fedpc import defaults
 from fedpgm.fedpc.client import warm_up
+from fedpgm.fedpc.estimator import FederatedPC
 from fedpgm.fedpc.model import FedPC
-from fedpgm.fedpc.server import PLACEMENTS, fit_fedpc, learner_params
-from fedpgm.fedpc.trees import TreeCircuit, check_fcdt, fit_fcdt
+from fedpgm.fedpc.procedure import fit_on
+from fedpgm.fedpc.server import PLACEMENTS, learner_params
+from fedpgm.fedpc.trees import TreeCircuit, check_fcdt
 from fedpgm.threads import one_thread
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
@@ -65,18 +66,16 @@ class FitSettings:
     align: str = "none"  # "psi": private row alignment before the fit (fedpgm.federation.psi)
     smoothing: float | None = None  # aligned gluing: pseudo-rows per cluster tuple (None: auto)
 
-    def estimator(self):
+    def estimator(self) -> FederatedPC:
         """The ``FederatedPC`` of these settings (its parameters: this fit's)."""
-        from fedpgm.fedpc.estimator import FederatedPC
-
         return FederatedPC(clusters=self.clusters, glue=self.glue, products=self.products, learner=self.learner,
                            params=dict(self.params), backend=self.backend, timeout=self.timeout,
                            min_clients=self.min_clients, align=self.align, smoothing=self.smoothing,
                            seed=self.seed)
 
-    def check(self) -> "FitSettings":
+    def check(self, fcdt: bool = False) -> "FitSettings":
         """``self`` when every setting holds, else a one-line ``FedpgmError``; run before any data
-        is read or worker started: FC[DT]'s parameters (learner "tree"), or the estimator's
+        is read or worker started: FC[DT]'s parameters (``fcdt``), or the estimator's
         (``FederatedPC.check_params``, the learner's own included), the split and the quorum."""
         if self.split not in SPLITS:
             raise FedpgmError(f"unknown split '{self.split}'; use one of {', '.join(SPLITS)}")
@@ -86,7 +85,7 @@ class FitSettings:
             raise FedpgmError(f"--min-clients must lie in 1..{self.clients} (--clients), got {self.min_clients}")
         if self.placement not in PLACEMENTS:
             raise FedpgmError(f"unknown placement '{self.placement}'; use one of {', '.join(PLACEMENTS)}")
-        if self.learner == "tree":
+        if fcdt:
             check_backend(self.backend)
             fcdt_args(self)
         else:
@@ -94,10 +93,8 @@ class FitSettings:
         return self
 
     def fit_args(self) -> dict:
-        return {"clusters": self.clusters, "glue_how": self.glue, "products": self.products,
-                "learner": self.learner, "params": self.params, "placement": self.placement,
-                "seed": self.seed, "min_clients": self.min_clients, "align": self.align,
-                "smoothing": self.smoothing}
+        """``fit_fedpc``'s keyword arguments."""
+        return {**self.estimator().fit_args(), "placement": self.placement}
 
 
 # The FedPC paper's Table 4 (App. E.3): LearnSPN (RDC threshold, min_instances_slice) and
@@ -132,7 +129,7 @@ def centralized(ds: Dataset, settings: FitSettings):
     with one_thread(), private_tempdir("fedpgm-warm-up-") as scratch:
         warm_up(scratch / "warm-up")
         t0 = time.process_time()
-        model = ESTIMATORS[settings.learner](**params).fit(ds.train, ds.schema)
+        model = learner_spec(settings.learner).estimator(**params).fit(ds.train, ds.schema)
         return model, time.process_time() - t0
 
 
@@ -141,47 +138,6 @@ def evaluate(model_ll: np.ndarray, proba: np.ndarray | None, ds: Dataset) -> dic
     if proba is not None:
         out.update(classification(proba, ds.test[ds.schema.label].to_numpy(dtype=float)))
     return out
-
-
-def server_procedure(fed, fit: dict, test: str | None, columns: list[str], target: str | None = None,
-                     out: str | None = None, method: str = "fedpc") -> dict:
-    """The server's side on every backend (``fedpgm.federation.runner``): fit (FedPC, or FC[DT]
-    with ``method`` "fcdt"), save to ``out``, evaluate the test rows in ``test`` (npz with ``X``,
-    one column per name in ``columns``; None: no evaluation). ``finish_seconds``: saving and
-    evaluating, which a run's wall time leaves out."""
-    import pandas as pd
-
-    model = fit_fcdt(fed, **fit) if method == "fcdt" else fit_fedpc(fed, **fit)
-    t0 = time.perf_counter()
-    result: dict[str, Any] = {"info": model.info}
-    if out is not None:
-        model.save(out)
-    if test is not None:
-        with np.load(test, allow_pickle=False) as z:
-            X = pd.DataFrame(z["X"], columns=columns)
-        if isinstance(model, FedPC):  # (FC[DT] is a classifier)
-            result["test_ll"] = model.log_likelihood(X).tolist()
-        if target is not None:
-            result["proba"] = model.predict_proba(X, target).tolist()
-    result["finish_seconds"] = time.perf_counter() - t0
-    return result
-
-
-def fit_federated(part, ds: Dataset | None, settings: FitSettings, method: str = "fedpc",
-                  mode: str = "processes") -> tuple[dict, FedPC | TreeCircuit]:
-    """Fit on ``settings.backend`` (``server_procedure``): (its result, with ``test_ll`` (FedPC)
-    and ``proba`` on ``ds.test`` where ``ds`` is given; the model read back from its files).
-    ``mode``: the in-process federation's."""
-    with private_tempdir("fedpgm-fedpc-") as tmp:
-        fit = fcdt_args(settings) if method == "fcdt" else settings.fit_args()
-        args: dict[str, Any] = {"fit": fit, "test": None, "columns": [], "target": None,
-                                "out": str(tmp / "model"), "method": method}
-        if ds is not None:
-            np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
-            args.update(test=str(tmp / "test.npz"), columns=ds.schema.names, target=ds.schema.label)
-        result = run(part, "fedpc", "fedpc", args, backend=settings.backend, timeout=settings.timeout, mode=mode)
-        model = (TreeCircuit if method == "fcdt" else FedPC).load(tmp / "model")
-    return result, model
 
 
 def image_cells(settings: FitSettings, ds: Dataset) -> FitSettings:
@@ -196,11 +152,12 @@ def image_cells(settings: FitSettings, ds: Dataset) -> FitSettings:
     return replace(settings, params={**settings.params, "cell": max(found[0]) / pieces})
 
 
-def within_columns(settings: FitSettings, ds: Dataset) -> FitSettings:
+def within_columns(settings: FitSettings, ds: Dataset, fcdt: bool = False) -> FitSettings:
     """``settings`` checked, with as many clients as ``ds``'s columns allow a column split (each
     client a column of its own: ``data.partition.most_clients``), and a note where that is
-    fewer than asked: a narrow table's vertical or hybrid run degrades instead of failing."""
-    settings.check()
+    fewer than asked: a narrow table's vertical or hybrid run degrades instead of failing.
+    ``fcdt``: the settings of an FC[DT] fit (``FitSettings.check``)."""
+    settings.check(fcdt)
     most = most_clients(ds.schema, settings.split, **settings.partition)
     if most is None or settings.clients <= most or most < (2 if settings.split == "hybrid" else 1):
         return settings
@@ -215,12 +172,12 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
     """Partition, fit, evaluate (and save to ``out``); see the module doc for the report."""
     settings, requested = within_columns(settings, ds), settings.clients
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
-    if settings.learner in DENSE_LEARNERS:  # density of the pixels: the label only shapes the partition
+    if learner_spec(settings.learner).dense:  # density of the pixels: the label only shapes the partition
         part, ds = part.drop_label(), ds.drop_label()
         settings = image_cells(settings, ds)
     label = ds.schema.label
     wall = time.perf_counter()
-    result, fitted = fit_federated(part, ds, settings, mode=mode)
+    result, fitted = fit_on(part, settings.fit_args(), settings.backend, settings.timeout, ds=ds, mode=mode)
     wall = time.perf_counter() - wall - result["finish_seconds"]
     assert isinstance(fitted, FedPC)  # (method "fedpc")
     model, info = fitted, result["info"]
@@ -275,10 +232,10 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     and ``trees`` (per client). A classifier: the report has no log-likelihoods."""
     if ds.schema.label is None:
         raise FedpgmError(f"FC[DT] is a classifier; {ds.name} has no label (choose one with --label)")
-    settings, requested = within_columns(settings, ds), settings.clients
+    settings, requested = within_columns(settings, ds, fcdt=True), settings.clients
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     wall = time.perf_counter()
-    result, fitted = fit_federated(part, None, settings, method="fcdt")
+    result, fitted = fit_on(part, fcdt_args(settings), settings.backend, settings.timeout, method="fcdt")
     wall = time.perf_counter() - wall - result["finish_seconds"]
     assert isinstance(fitted, TreeCircuit)  # (method "fcdt")
     model = fitted

@@ -234,13 +234,13 @@ class FedPC:
         check_seal(doc, where)
         if "components" in doc:  # dense client circuits, combined by the plan
             loaded = [load_circuit(folder / "components" / f"{i:04d}")[0] for i in range(doc["components"])]
-            components = [c for c in loaded if isinstance(c, DenseCircuit)]
+            components = [c for c in loaded if c.dense]
             if len(components) != len(loaded) or any(
                     c.schema is None or not set(c.schema.names) <= set(schema.names) for c in components):
                 raise FedpgmError(f"{folder}: the saved client circuits do not match fedpc.json's plan and schema")
             return cls(schema, plan, None, doc["info"], components=components)
         circuit = load_circuit(folder / "circuit")[0] if doc["placement"] == "server" else None
-        if circuit is not None and (not isinstance(circuit, Circuit) or circuit.schema.names != schema.names):
+        if circuit is not None and (circuit.dense or circuit.schema.names != schema.names):
             raise FedpgmError(f"{folder}: the circuit's variables differ from fedpc.json's schema")
         return cls(schema, plan, circuit, doc["info"])
 

@@ -19,10 +19,8 @@ from collections import Counter
 
 import numpy as np
 
-from fedpgm.circuits.learners import ESTIMATORS
-from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.io import from_payload
-from fedpgm.circuits.structure import Circuit
+from fedpgm.circuits.learners import learner_spec
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
@@ -71,11 +69,10 @@ def subspaces(schemas: dict[str, Schema], schema: Schema) -> list[tuple[list[str
 def learner_params(learner: str, params: dict | None, seed: int) -> dict:
     """The local learner's parameters (defaults filled in; auto ones, None, left for each
     client to resolve: ``fedpgm.fedpc.defaults``), checked by building one."""
-    if learner not in ESTIMATORS:
-        raise FedpgmError(f"unknown learner '{learner}'; use one of {sorted(ESTIMATORS)}")
+    estimator = learner_spec(learner).estimator
     out = {**DEFAULT_PARAMS[learner], **(params or {}), "seed": seed}
     try:
-        ESTIMATORS[learner](**defaults.resolve(out, 1)).check_params()
+        estimator(**defaults.resolve(out, 1)).check_params()
     except TypeError as e:
         raise FedpgmError(f"bad parameters for the {learner} learner ({e})") from None
     return out
@@ -192,8 +189,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "ran
     chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), cooccurrence, smoothing)
     plan = Plan([{"features": names, "clients": holders} for names, holders in spaces], components,
                 alternatives, chosen, weights)
-    dense_circuits = [c for c in circuits if isinstance(c, DenseCircuit)]
-    node_circuits = [c for c in circuits if isinstance(c, Circuit)]
+    dense_circuits = [c for c in circuits if c.dense]
+    node_circuits = [c for c in circuits if not c.dense]
     dense = placement == "server" and bool(dense_circuits)
     circuit = assemble(plan, schema, node_circuits) if placement == "server" and not dense else None
     server_cpu += time.process_time() - t0

@@ -18,23 +18,20 @@ error naming the refusal). Queries take any subset of the model's columns (NaN =
 
 from __future__ import annotations
 
-from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from sklearn.metrics import accuracy_score, r2_score
-from fedpgm.params import Interval, StrOptions
 
 from fedpgm.data.partition import Partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.estimator import FederatedEstimator
 from fedpgm.ngm.defaults import SOFT_TARGETS
-from fedpgm.ngm.graph import GRAPH_METHODS
 from fedpgm.ngm.layout import numeric
 from fedpgm.ngm.model import NGM
-from fedpgm.ngm.server import ALLOCATIONS
+from fedpgm.ngm.params import PARAMETERS
 
 NGM_PARAMS = ("hidden", "layers", "lam", "lr", "epochs", "batch_size", "patience")  # NGMSettings'
 
@@ -49,25 +46,7 @@ class FederatedNGM(FederatedEstimator):
     (SecAgg+); the NGM's ``hidden``, ``layers``, ``lam``, ``lr``, ``epochs``, ``batch_size``,
     ``patience``; ``backend``, ``timeout`` (s per exchange), ``seed``."""
 
-    _parameter_constraints: dict = {
-        **FederatedEstimator._parameter_constraints,
-        "graph": [StrOptions(set(GRAPH_METHODS))],
-        "sparsity": [Interval(Real, 0, 1, closed="right")],
-        "min_clients": [Interval(Integral, 1, None, closed="left")],
-        "samples": [Interval(Integral, 1, None, closed="left"), None],
-        "allocation": [StrOptions(set(ALLOCATIONS))],
-        "gibbs_sweeps": [Interval(Integral, 0, None, closed="left")],
-        "soft": ["boolean"],
-        "secure_aggregation": ["boolean"],
-        "hidden": [Interval(Integral, 1, None, closed="left")],
-        "layers": [Interval(Integral, 1, None, closed="left")],
-        "lam": [Interval(Real, 0, None, closed="left")],
-        "lr": [Interval(Real, 0, None, closed="neither")],
-        "epochs": [Interval(Integral, 1, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
-        "patience": [Interval(Integral, 1, None, closed="left")],
-        "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
-    }
+    _parameter_constraints: dict = PARAMETERS
 
     def __init__(self, graph: str = "glasso", sparsity: float = 0.25, min_clients: int = 1,
                  samples: int | None = None, allocation: str = "proportional", gibbs_sweeps: int = 0,

@@ -7,6 +7,8 @@ from dataclasses import fields
 
 from fedpgm.model_files import SEAL, BadModelFile, check_keys, need, need_float, need_list, schema_of
 from fedpgm.errors import FedpgmError
+from fedpgm.ngm.params import PARAMETERS
+from fedpgm.params import check_values
 from fedpgm.ngm.layout import Layout, numeric
 from fedpgm.ngm.train import NGMSettings
 
@@ -78,12 +80,10 @@ def check_meta(meta, where: str) -> dict:
     if "info" in meta:
         need(meta["info"], dict, where, "meta.info", "an object")
     if "estimator" in meta:
-        from fedpgm.ngm.estimator import FederatedNGM  # (it imports this module)
-
         params = need(meta["estimator"], dict, where, "meta.estimator", "an object")
         try:
-            FederatedNGM().set_params(**params).check_params()
-        except (TypeError, ValueError) as e:  # (FedpgmError is a ValueError)
+            check_values(PARAMETERS, params, "FederatedNGM")
+        except FedpgmError as e:
             raise BadModelFile(f"{where}: field 'meta.estimator' is not valid for FederatedNGM: "
                                f"{str(e)[:300]}") from None
     return meta

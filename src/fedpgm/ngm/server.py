@@ -36,8 +36,8 @@ from fedpgm.ngm.client import model_message, model_of
 from fedpgm.ngm.defaults import SAMPLES_FACTOR, SOFT_TARGETS
 from fedpgm.ngm.graph import GRAPH_METHODS, common_features, from_edges, merge_graphs
 from fedpgm.ngm.model import NGM, NGMSettings
+from fedpgm.ngm.params import ALLOCATIONS
 
-ALLOCATIONS = ("proportional", "equal")
 
 
 @dataclass
