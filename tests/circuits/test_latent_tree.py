@@ -12,7 +12,7 @@ from fedpgm.circuits.chow_liu import chow_liu
 from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.estimator import LearnSPN, as_matrix
 from fedpgm.circuits.latent_tree import add_latent_tree
-from fedpgm.circuits.leaves import std_floors
+from fedpgm.circuits.weighted import std_floors
 from fedpgm.circuits.queries import log_likelihood
 from fedpgm.circuits.structure import Circuit
 from fedpgm.errors import FedpgmError

@@ -5,7 +5,7 @@ from fedpgm.circuits.em import em
 from fedpgm.circuits.estimator import LearnSPN, RatSPN
 from fedpgm.circuits import learnspn
 from fedpgm.circuits.learnspn import learn_spn
-from fedpgm.circuits.leaves import std_floors
+from fedpgm.circuits.weighted import std_floors
 from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.data import load_dataset
 from fedpgm.data.schema import Feature, Schema

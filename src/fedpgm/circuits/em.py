@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from fedpgm.circuits.compiled import CompiledCircuit
-from fedpgm.circuits.leaves import ALPHA, leaf_type, std_floors
+from fedpgm.circuits.leaves import ALPHA, leaf_type
+from fedpgm.circuits.weighted import std_floors
 from fedpgm.circuits.queries import log_likelihood
 from fedpgm.circuits.structure import Circuit, Sum
 from fedpgm.errors import FedpgmError

@@ -29,7 +29,8 @@ from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.em import em, em_best_of
 from fedpgm.circuits.io import check_meta, load_circuit, save_circuit
 from fedpgm.circuits.latent_tree import LATENT_STATES
-from fedpgm.circuits.leaves import ALPHA, MIN_STD_FRACTION, std_floors
+from fedpgm.circuits.leaves import ALPHA
+from fedpgm.circuits.weighted import MIN_STD_FRACTION, std_floors
 from fedpgm.circuits.learnspn import CONTINUOUS_LEAVES, LEAF_MODELS, learn_spn
 from fedpgm.circuits.ratspn import rat_spn
 from fedpgm.circuits.structure import Circuit, sum_of

@@ -35,7 +35,8 @@ from sklearn.exceptions import ConvergenceWarning
 
 from fedpgm.circuits.chow_liu import add_tree, chow_liu
 from fedpgm.circuits.latent_tree import LATENT_STATES, add_latent_tree, floor_cpts
-from fedpgm.circuits.leaves import ALPHA, CONTINUOUS_LEAVES, default_leaf, floored_values, leaf_type, std_floors
+from fedpgm.circuits.leaves import ALPHA, CONTINUOUS_LEAVES, default_leaf, leaf_type
+from fedpgm.circuits.weighted import floored_values, std_floors
 from fedpgm.circuits.rdc import rdc_matrix, restrict_order
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Feature, Schema

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedpgm.circuits.leaves import default_leaf, floored_values, leaf_type, std_floors
+from fedpgm.circuits.leaves import default_leaf, leaf_type
+
+from fedpgm.circuits.weighted import floored_values, std_floors
 from fedpgm.circuits.region_graph import RegionGraph, binary_trees
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema

@@ -81,7 +81,8 @@ from fedpgm.params import Interval
 
 from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN, LearnSPNMixture, as_matrix
 from fedpgm.circuits.latent_tree import LATENT_STATES
-from fedpgm.circuits.leaves import ALPHA, MIN_STD_FRACTION, std_floors
+from fedpgm.circuits.leaves import ALPHA
+from fedpgm.circuits.weighted import MIN_STD_FRACTION, std_floors
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
