@@ -341,7 +341,8 @@ def markdown(report: dict) -> str:
               f"the subprocesses' wall time, start-up included, summed); the slowest table {slow_name} "
               f"({slow_s:.0f} s over its fits). HistGradientBoosting's accuracy minus the centralized circuit's, "
               f"median over the tables: {fmt(s['median_hgb_accuracy_above_centralized_points'], '.1f', ' points')}. "
-              "The most frequent reasons for a failed fit (names and numbers masked):", ""]
+              + ("The most frequent reasons for a failed fit (names and numbers masked):" if s["failure_reasons"]
+                 else "No fit failed."), ""]
     lines += [f"- {n} x `{reason}`" for reason, n in list(s["failure_reasons"].items())[:8]]
     return "\n".join(lines)
 

@@ -114,22 +114,34 @@ def test_fit_on_a_users_csv_without_stitching(cli, read_report, tmp_path):
 @pytest.mark.slow
 def test_fit_on_flower_and_the_simulation_runtime_equals_in_process(cli, read_report, tmp_path):
     """``ngm fit --backend``: the same procedure in the ServerApp, every client a SuperNode (or a
-    simulated node) holding its own CSV and test rows; the report equals the in-process one."""
+    simulated node) holding its own CSV and test rows; the report and the saved global model
+    (its merged graph, its predictions within 1e-3) equal the in-process ones."""
     import importlib.util
 
     backends = ["inprocess", "flower"] + (["simulation"] if importlib.util.find_spec("ray") else [])
     args = ["ngm", "fit", "breast_cancer", "--clients", "2", "--withhold", "worst_area", "--withhold",
             "worst_texture", "--target", "target", "--epochs", "10", "--hidden", "8", "--samples-factor", "1"]
-    reports = {}
+    from fedpgm.data import load_dataset
+    from fedpgm.ngm.model import NGM
+
+    reports, models = {}, {}
     for b in backends:
-        code, _, err = cli(*args, "--backend", b, "--json", tmp_path / f"{b}.json")
+        code, _, err = cli(*args, "--backend", b, "--json", tmp_path / f"{b}.json", "--out", tmp_path / b)
         assert code == 0, err
         reports[b] = read_report(tmp_path / f"{b}.json", "ngm fit")
         assert reports[b]["settings"]["backend"] == b and reports[b]["metrics"]["released"]
+        models[b] = NGM.load(tmp_path / b)
     local, details = reports["inprocess"]["metrics"], reports["inprocess"]["details"]
+    test = load_dataset("breast_cancer", seed=0).test[models["inprocess"].schema.names]  # (the shared columns)
     for b in backends[1:]:
         remote = reports[b]["metrics"]
-        assert reports[b]["details"]["fedngm"]["n_rows"] == details["fedngm"]["n_rows"]
+        timing = ("client_fit_seconds", "wall_seconds", "server_seconds")
+        for key, value in details["fedngm"].items():  # rows, merged and client edge counts, ...
+            assert key in timing or reports[b]["details"]["fedngm"][key] == value, key
+        assert sorted(map(sorted, models[b].graph.edges())) == sorted(map(sorted, models["inprocess"].graph.edges()))
+        np.testing.assert_allclose(models[b].predict(test, "mean_radius"), models["inprocess"].predict(test, "mean_radius"),
+                                   rtol=1e-3, atol=1e-3)
+        assert reports[b]["communication"]["bytes_up"] > 0
         assert set(reports[b]["details"]["stitched"]) == {"client-0", "client-1"}
         for model in ("client-0", "client-1", "global", "centralized"):
             for test_set in ("client-0", "client-1", "public-test"):

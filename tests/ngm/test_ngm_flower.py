@@ -8,7 +8,6 @@ from fedpgm.data import ClientData, Partition
 from fedpgm.federation import InProcessFederation
 from fedpgm.ngm.experiment import server_procedure
 from fedpgm.ngm.graph import recover_graph, to_edges
-from fedpgm.ngm import FederatedNGM
 from fedpgm.ngm.model import NGM
 
 
@@ -23,20 +22,6 @@ def in_process_reference(tmp_path, rows: int, seed: int, settings: dict) -> tupl
     Partition("horizontal", SCHEMA, clients, dataset="chain").write(tmp_path / "partition")
     with InProcessFederation(clients, "fedpgm.ngm.client:HANDLERS", mode="sequential") as fed:
         return clients, server_procedure(fed, settings, str(tmp_path / "local"))
-
-
-@pytest.mark.slow
-def test_fedngm_on_flower_gives_the_in_process_model(tmp_path):
-    """The procedure in-process against the estimator on a loopback Flower deployment (which runs
-    the same procedure in its ServerApp) from the partition folder."""
-    settings = {"ngm": {"hidden": 16, "epochs": 30, "seed": 0}, "min_clients": 2, "seed": 0}
-    clients, local = in_process_reference(tmp_path, 600, 20, settings)
-    remote = FederatedNGM(hidden=16, epochs=30, min_clients=2, backend="flower").fit(tmp_path / "partition")
-    assert local["released"] and sorted(sorted(e) for e in remote.model_.graph.edges()) == local["merged_edges"]
-    assert remote.info_["n_rows"] == local["info"]["n_rows"] and remote.communication_["bytes_up"] > 0
-    a = NGM.load(tmp_path / "local")
-    test = chain_frame(300, seed=5)
-    np.testing.assert_allclose(a.predict(test, "b"), remote.predict(test, "b"), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.slow

@@ -211,7 +211,6 @@ def evaluate(
     from fedpgm.metrics import classification
 
     prepare_outputs(json=json_out)
-    from fedpgm.fedpc.trees import TreeCircuit
 
     model = load_saved(model_dir)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
@@ -219,10 +218,10 @@ def evaluate(
     if missing_cols:
         raise FedpgmError(f"{dataset} lacks the model's column(s) {missing_cols}; evaluate on the data it "
                           "was fitted on")
-    if not isinstance(model, TreeCircuit) and ds.schema.label is not None and ds.schema.label not in model.schema:
+    if model.density and ds.schema.label is not None and ds.schema.label not in model.schema:
         ds = ds.drop_label()  # a model of the features alone (dense image circuits)
     report = {"dataset": ds.name, "model": str(model_dir), "n_test": len(ds.test)}
-    if isinstance(model, TreeCircuit):
+    if not model.density:  # (FC[DT]: a classifier)
         report |= classification(model.predict_proba(ds.test), ds.test[model.label].to_numpy(dtype=float))
     else:
         label_name = model.schema.label if model.schema.label in ds.test.columns else None
@@ -244,10 +243,8 @@ def query(
 ) -> None:
     """Marginal (default), conditional, classification or MPE queries on a saved FedPC;
     classification (--target LABEL) on a saved FC[DT]."""
-    from fedpgm.fedpc.trees import TreeCircuit
-
     model = load_saved(model_dir)
-    if isinstance(model, TreeCircuit) and target is None:
+    if not model.density and target is None:
         raise FedpgmError(f"{model_dir} holds an FC[DT] classifier; ask it with --target {model.label}")
     answer_queries(model, model.schema, evidence, query, target, mpe, out)
 

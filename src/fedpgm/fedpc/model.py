@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -46,6 +46,8 @@ FORMAT = "fedpgm-fedpc/1"
 
 class FedPC:
     """A federated circuit: ``plan`` (network side) plus the assembled ``circuit`` or live clients."""
+
+    density: Literal[True] = True  # a joint density (log-likelihoods, marginals, MPE); FC[DT]'s TreeCircuit is not
 
     def __init__(self, schema: Schema, plan: Plan, circuit: Circuit | None = None, info: dict | None = None,
                  federation: Federation | None = None, components: list[DenseCircuit] | None = None) -> None:

@@ -34,7 +34,7 @@ def server_procedure(fed, fit: dict, test: str | None, columns: list[str], targe
     if test is not None:
         with np.load(test, allow_pickle=False) as z:
             X = pd.DataFrame(z["X"], columns=columns)
-        if isinstance(model, FedPC):  # (FC[DT] is a classifier)
+        if model.density:  # (FC[DT] is a classifier)
             result["test_ll"] = model.log_likelihood(X).tolist()
         if target is not None:
             result["proba"] = model.predict_proba(X, target).tolist()
@@ -46,8 +46,9 @@ def fit_on(part: Partition, fit: dict, backend: str, timeout: float, method: str
            ds: Dataset | None = None, mode: str = "processes") -> tuple[dict, FedPC | TreeCircuit]:
     """``server_procedure`` with ``fit`` (``fit_fedpc``'s or ``fit_fcdt``'s arguments) on
     ``backend`` (``fedpgm.federation.runner``): (its result, with ``test_ll`` (FedPC) and
-    ``proba`` on ``ds.test`` where ``ds`` is given; the model read back from its files).
-    ``timeout``: seconds per exchange; ``mode``: the in-process federation's."""
+    ``proba`` on ``ds.test`` where ``ds`` is given; the model read back from its files; its
+    ``finish_seconds``: evaluating, saving and reading the model back, which a run's wall time
+    leaves out). ``timeout``: seconds per exchange; ``mode``: the in-process federation's."""
     with private_tempdir("fedpgm-fedpc-") as tmp:
         args: dict[str, Any] = {"fit": fit, "test": None, "columns": [], "target": None,
                                 "out": str(tmp / "model"), "method": method}
@@ -55,5 +56,7 @@ def fit_on(part: Partition, fit: dict, backend: str, timeout: float, method: str
             np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
             args.update(test=str(tmp / "test.npz"), columns=ds.schema.names, target=ds.schema.label)
         result = run(part, "fedpc", "fedpc", args, backend=backend, timeout=timeout, mode=mode)
+        t0 = time.perf_counter()
         model = (TreeCircuit if method == "fcdt" else FedPC).load(tmp / "model")
+        result["finish_seconds"] += time.perf_counter() - t0
     return result, model

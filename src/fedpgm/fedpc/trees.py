@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import time
 import zipfile
-from typing import Any, cast
+from typing import Any, Literal, cast
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +72,8 @@ class TreeCircuit:
     the clients' ``references`` (hybrid: the product of experts on blocks that are independent
     given the label and the columns every client holds), or the label's prior when there are
     none (vertical)."""
+
+    density: Literal[False] = False  # a classifier: p(label | x) only (FedPC's FedPC is a density)
 
     def __init__(self, experts: dict[str, Expert], schema: Schema, info: dict | None = None,
                  combine: str = "mean", references: dict[str, Expert] | None = None) -> None:
