@@ -179,15 +179,12 @@ def fedpgm_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "fedpgm.cli"]
 
 
-def fit(path: Path, label: str, split: str, clients: int, timeout: float) -> dict:
-    """One ``fedpgm fedpc fit`` subprocess: exit code, outcome, the reason on failure and the
-    report's figures."""
-    report = path.with_suffix(f".{split}{clients}.json")
+def run_fedpgm(args: list[str], report: Path, timeout: float) -> tuple[dict, dict | None]:
+    """One ``fedpgm`` subprocess with ``args`` writing its JSON ``report``: ({exit, wall_s,
+    outcome, reason on failure}, the report or None)."""
     report.unlink(missing_ok=True)
-    args = [*fedpgm_command(), "fedpc", "fit", f"csv:{path}", "--label", label, "--split", split,
-            "--clients", str(clients), "--json", str(report)]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*fedpgm_command(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _, err = proc.communicate(timeout=timeout)
         timed_out = False
@@ -201,7 +198,7 @@ def fit(path: Path, label: str, split: str, clients: int, timeout: float) -> dic
         timed_out = True
     wall = time.perf_counter() - t0
     lines = [line for line in err.splitlines() if line.strip()]
-    out = {"split": split, "clients": clients, "exit": proc.returncode, "wall_s": wall}
+    out: dict = {"exit": proc.returncode, "wall_s": wall}
     if timed_out:
         out["outcome"], out["reason"] = "timeout", f"no answer within {timeout:.0f} s"
     elif proc.returncode != 0:
@@ -211,7 +208,19 @@ def fit(path: Path, label: str, split: str, clients: int, timeout: float) -> dic
         out["outcome"] = "crash" if crashed else "audit" if AUDIT.search(reason) else "refused"
     else:
         out["outcome"] = "ok"
-        out.update(figures(json.loads(report.read_text())))
+        return out, json.loads(report.read_text())
+    return out, None
+
+
+def fit(path: Path, label: str, split: str, clients: int, timeout: float) -> dict:
+    """One ``fedpgm fedpc fit`` subprocess: exit code, outcome, the reason on failure and the
+    report's figures."""
+    args = ["fedpc", "fit", f"csv:{path}", "--label", label, "--split", split, "--clients", str(clients)]
+    report = path.with_suffix(f".{split}{clients}.json")
+    out, rep = run_fedpgm([*args, "--json", str(report)], report, timeout)
+    out = {"split": split, "clients": clients, **out}
+    if rep is not None:
+        out.update(figures(rep))
     return out
 
 

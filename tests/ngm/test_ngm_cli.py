@@ -112,13 +112,12 @@ def test_fit_on_a_users_csv_without_stitching(cli, read_report, tmp_path):
 
 
 @pytest.mark.slow
-def test_fit_on_flower_and_the_simulation_runtime_equals_in_process(cli, read_report, tmp_path):
-    """``ngm fit --backend``: the same procedure in the ServerApp, every client a SuperNode (or a
-    simulated node) holding its own CSV and test rows; the report and the saved global model
-    (its merged graph, its predictions within 1e-3) equal the in-process ones."""
-    import importlib.util
-
-    backends = ["inprocess", "flower"] + (["simulation"] if importlib.util.find_spec("ray") else [])
+def test_fit_on_flower_equals_in_process(cli, read_report, tmp_path):
+    """``ngm fit --backend flower``: the same procedure in the ServerApp, every client a SuperNode
+    holding its own CSV and test rows; the report and the saved global model (its merged graph,
+    its predictions within 1e-3) equal the in-process ones. (``--backend simulation`` goes the
+    same way through the runner: tests/ngm/test_ngm_flower.py runs the Simulation Runtime.)"""
+    backends = ["inprocess", "flower"]
     args = ["ngm", "fit", "breast_cancer", "--clients", "2", "--withhold", "worst_area", "--withhold",
             "worst_texture", "--target", "target", "--epochs", "10", "--hidden", "8", "--samples-factor", "1"]
     from fedpgm.data import load_dataset

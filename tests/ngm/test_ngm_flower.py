@@ -27,10 +27,11 @@ def in_process_reference(tmp_path, rows: int, seed: int, settings: dict) -> tupl
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray (fedpgm[simulation]) is not installed")
 def test_fedngm_with_secure_graph_votes_on_the_simulation_runtime_gives_the_in_process_model(tmp_path):
-    """Flower's Simulation Runtime, with the merged graph from a SecAgg+ sum of edge votes: the
-    server sees vote counts only, and the model equals the in-process one (graphs in the clear)."""
+    """Flower's Simulation Runtime through the runner (as ``ngm fit --backend simulation`` runs it),
+    with the merged graph from a SecAgg+ sum of edge votes: the server sees vote counts only, and
+    the model equals the in-process one (graphs in the clear)."""
     from fedpgm.errors import FedpgmError
-    from fedpgm.federation.deploy import LoopbackDeployment
+    from fedpgm.federation.runner import run
 
     settings = {"ngm": {"hidden": 8, "epochs": 10, "seed": 0}, "min_clients": 2, "seed": 0}
     clients, local = in_process_reference(tmp_path, 400, 30, settings)
@@ -38,8 +39,8 @@ def test_fedngm_with_secure_graph_votes_on_the_simulation_runtime_gives_the_in_p
     with InProcessFederation(clients, "fedpgm.ngm.client:HANDLERS", mode="sequential") as fed:
         with pytest.raises(FedpgmError, match="runs on the Flower backend only"):
             server_procedure(fed, secure)
-    with LoopbackDeployment(tmp_path / "partition", workdir=tmp_path / "sim", simulation=True) as dep:
-        remote = dep.run("ngm", "ngm", {"settings": secure, "out": str(tmp_path / "remote")}, timeout=600)
+    remote = run(Partition("horizontal", SCHEMA, clients, dataset="chain"), "ngm", "ngm",  # (as ngm fit's)
+                 {"settings": secure, "out": str(tmp_path / "remote")}, backend="simulation", timeout=600)
     assert remote["backend"] == "simulation" and remote["released"]
     assert remote["merged_edges"] == local["merged_edges"] and remote["info"]["n_rows"] == local["info"]["n_rows"]
     assert "client_edges" not in remote["info"] and remote["info"]["secure_aggregation"]
