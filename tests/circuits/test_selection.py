@@ -254,9 +254,35 @@ def test_passes_that_never_beat_the_fit_are_undone(mixed, monkeypatch):
     loaded machine's passes all lost)."""
     train, valid, _ = mixed
     honest = LearnSPN.em_pass
-    monkeypatch.setattr(LearnSPN, "em_pass", lambda self, circuit, X, k, floors: honest(self, circuit, X[:3], k, floors))
+    monkeypatch.setattr(LearnSPN, "em_pass", lambda self, circuit, X, k, floors, deadline=None:
+                        honest(self, circuit, X[:3], k, floors, deadline))
     model, report = select_learnspn(train, valid, _.schema, budget_s=30, seed=0, max_em_iterations=2)
     passes = [t for t in report["tried"] if "em_iterations" in t]
     assert passes and all(t["valid_loglik"] < report["valid_loglik"] for t in passes)
     assert report["chosen"].get("em_iterations", 0) == 0
+    assert model.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-9)
+
+
+def test_an_em_pass_far_slower_than_the_last_stops_at_the_budget(mixed, monkeypatch):
+    """From the third mini-batch on, each takes 1 s more (as a pass measured at 14.5 s after one of
+    0.6 s did): the pass running at the deadline stops there, its model goes back to its best
+    circuit, and the search ends within its budget with the model its report scores."""
+    import time
+
+    from fedpgm.circuits import em as em_module
+
+    train, valid, ds = mixed
+    honest, calls = em_module.expected_statistics, []
+
+    def slow(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 2:
+            time.sleep(1.0)
+        return honest(*args, **kwargs)
+
+    monkeypatch.setattr(em_module, "expected_statistics", slow)
+    monkeypatch.setattr(selection, "EM_MAX", 50)
+    model, report = select_learnspn(train, valid, ds.schema, budget_s=12, seed=0, max_em_iterations=50)
+    assert report["over_budget_s"] == 0.0, report["seconds"]
+    assert any(t.get("stopped") and "em_iterations" in t for t in report["tried"])
     assert model.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-9)

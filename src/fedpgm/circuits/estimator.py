@@ -284,10 +284,11 @@ class LearnSPN(CircuitEstimator):
                          alpha=self.alpha, row_clusters=self.row_clusters, latent_states=self.latent_states,
                          deadline=deadline)
 
-    def em_pass(self, circuit, X: np.ndarray, k: int, floors: np.ndarray) -> None:
-        """EM pass ``k`` (from 0) over X, in place (as ``select_learnspn`` runs them one by one)."""
-        em(circuit, X, 1, self.em_batch_size, seed=self.seed + k, floors=floors, alpha=self.alpha,
-           min_rows=self.min_leaf_rows)
+    def em_pass(self, circuit, X: np.ndarray, k: int, floors: np.ndarray, deadline: float | None = None) -> bool:
+        """EM pass ``k`` (from 0) over X, in place (as ``select_learnspn`` runs them one by one);
+        whether it ended before ``deadline`` (``em``; a pass cut short leaves the circuit part-way)."""
+        return len(em(circuit, X, 1, self.em_batch_size, seed=self.seed + k, floors=floors, alpha=self.alpha,
+                      min_rows=self.min_leaf_rows, deadline=deadline)) == 1
 
 
 class LearnSPNMixture(CircuitEstimator):
