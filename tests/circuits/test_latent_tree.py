@@ -125,3 +125,18 @@ def test_learnspn_with_latent_trees_saves_loads_and_answers_queries(tmp_path):
     assert filled["x2"].notna().all() and (filled["x1"] == evidence["x1"]).all()
     with pytest.raises(FedpgmError, match="latent_states"):
         LearnSPN(leaf_model="latent-tree", latent_states=0).fit(train, SCHEMA)
+
+
+def test_a_one_state_variable_takes_its_one_state():
+    """A categorical column with one category (a constant column of a user's table: stevedata's
+    eq_passengercars crashed the selection with a division by zero) is a leaf certain of it."""
+    from fedpgm.data.schema import Feature, Schema
+
+    schema = Schema((Feature("a", "categorical", ("x", "y", "z")), Feature("one", "categorical", ("only",)),
+                     Feature("b", "binary", ("0", "1"))))
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 3, 400)
+    train = pd.DataFrame({"a": a, "one": np.zeros(400), "b": (a == 2) ^ (rng.random(400) < 0.1)}, dtype=float)
+    model = LearnSPN(min_instances_slice=401, leaf_model="latent-tree", latent_states=3).fit(train, schema)
+    grid = pd.DataFrame([(x, 0, y) for x in range(3) for y in range(2)], columns=schema.names, dtype=float)
+    assert np.exp(model.score_samples(grid)).sum() == pytest.approx(1.0, abs=1e-9)

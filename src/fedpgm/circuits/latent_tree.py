@@ -53,8 +53,8 @@ def add_latent_tree(c: Circuit, variables: list[int], parent: np.ndarray, cpts: 
         dist = default_leaf(schema.features[var].kind)
         products = []
         for z in range(states):
-            emission = np.full(r, EMISSION_NOISE / (r - 1))
-            emission[z % r] = 1.0 - EMISSION_NOISE
+            emission = np.full(r, EMISSION_NOISE / max(r - 1, 1))  # (a one-state variable: that state)
+            emission[z % r] = 1.0 - EMISSION_NOISE if r > 1 else 1.0
             leaf = c.leaf(var, dist, leaf_type(dist).from_probabilities(emission))
             below = [given[ch][z] for ch in children[v]]
             products.append(c.product([leaf] + below) if below else leaf)
