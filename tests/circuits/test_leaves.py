@@ -43,3 +43,18 @@ def test_a_single_value_gets_a_bin_as_wide_as_the_std_floor():
     np.testing.assert_allclose(edges, [0.36, 0.38])
     leaf = Histogram.fit(np.full(20, 0.37), np.ones(20), 0, min_std=0.01)
     np.testing.assert_allclose(leaf["probs"], [1.0])
+
+
+def test_a_continuous_leaf_has_no_state_probabilities():
+    """Only discrete leaf types map to and from the probability of each state."""
+    import pytest
+
+    from fedpgm.circuits.leaves import leaf_type
+    from fedpgm.errors import FedpgmError
+
+    for name in ("gaussian", "histogram"):
+        with pytest.raises(FedpgmError, match=f"a {name} leaf is a density over a continuous variable"):
+            leaf_type(name).from_probabilities(np.array([0.5, 0.5]))
+    probs = np.array([0.2, 0.3, 0.5])
+    np.testing.assert_allclose(leaf_type("categorical").probabilities(leaf_type("categorical").from_probabilities(probs)),
+                               probs)

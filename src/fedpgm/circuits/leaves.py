@@ -117,15 +117,16 @@ class LeafType(ABC):
         """Raise ValueError if the parameters are not a valid distribution."""
         ...
 
-    @staticmethod
-    def probabilities(params: dict[str, np.ndarray]) -> np.ndarray:
-        """(states,) a discrete type's probability of each state."""
-        raise NotImplementedError
+    @classmethod
+    def probabilities(cls, params: dict[str, np.ndarray]) -> np.ndarray:
+        """(states,) a discrete type's probability of each state (discrete types define it)."""
+        raise FedpgmError(f"a {cls.name} leaf is a density over a continuous variable; it has no state probabilities")
 
-    @staticmethod
-    def from_probabilities(probs: np.ndarray) -> dict[str, np.ndarray]:
+    @classmethod
+    def from_probabilities(cls, probs: np.ndarray) -> dict[str, np.ndarray]:
         """A discrete type's parameters for the probability of each state ``probs`` (states,)."""
-        raise NotImplementedError
+        raise FedpgmError(f"a {cls.name} leaf is a density over a continuous variable; it takes no state "
+                          "probabilities")
 
 
 LEAF_TYPES: dict[str, type[LeafType]] = {}
