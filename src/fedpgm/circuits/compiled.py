@@ -28,7 +28,7 @@ import torch
 
 from fedpgm.circuits.fused import LinearFrontier
 from fedpgm.circuits.leaves import LINEAR_LEAVES, leaf_type
-from fedpgm.circuits.logspace import log_sum_exp
+from fedpgm.circuits.semiring import Semiring
 from fedpgm.circuits.structure import Circuit, Leaf, Sum
 
 
@@ -222,28 +222,31 @@ class CompiledCircuit:
     # -- upward ---------------------------------------------------------------------------
     # Values are stored node-major, (nodes, rows): gathering a layer's children then copies
     # whole contiguous rows of memory.
-    def leaf_values(self, x: torch.Tensor, mode: str = "sum", groups=None) -> list[torch.Tensor]:
+    def leaf_values(self, x: torch.Tensor, mode: Semiring = Semiring.SUM, groups=None) -> list[torch.Tensor]:
         """Per leaf group, (L, rows) log-values of x (rows, variables)."""
         out = []
         for g in self.groups if groups is None else groups:
             xv = x[:, g.vars]  # (rows, L)
             lp = leaf_type(g.dist).log_prob(xv, g.params)
-            fill = torch.zeros_like(g.log_mode) if mode == "sum" else g.log_mode
+            fill = mode.unobserved(g.log_mode)
             out.append(torch.where(torch.isnan(xv), fill.expand_as(lp), lp).T)
         return out
 
     @torch.no_grad()
-    def forward(self, x: torch.Tensor, mode: str = "sum") -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mode: Semiring | str = Semiring.SUM) -> torch.Tensor:
         """x (rows, variables) with NaN for unobserved -> log-values of every node (nodes, rows)."""
+        mode = Semiring(mode)
         values = torch.empty(self.n_nodes, x.shape[0], dtype=self.dtype, device=self.device)
         for g, lp in zip(self.groups, self.leaf_values(x, mode)):
             values[g.start:g.end] = lp
         return self.evaluate(values, self.layers, mode)
 
     @torch.no_grad()
-    def fused_root(self, x: torch.Tensor, mode: str = "sum", complete: bool | None = None) -> torch.Tensor:
+    def fused_root(self, x: torch.Tensor, mode: Semiring | str = Semiring.SUM,
+                   complete: bool | None = None) -> torch.Tensor:
         """(rows,) the root's log-value, the linear part by one matmul (``fedpgm.circuits.fused``;
         enough for likelihoods). ``complete``: the caller knows whether x has a NaN (None: check)."""
+        mode = Semiring(mode)
         plan = self.fusion()
         values = torch.empty(plan.n_values, x.shape[0], dtype=self.dtype, device=self.device)
         plan.linear.values(x, self, mode, complete, out=values[:plan.linear.n_rows])
@@ -251,7 +254,7 @@ class CompiledCircuit:
             values[g.start:g.end] = lp
         return self.evaluate(values, plan.layers, mode)[plan.root]
 
-    def evaluate(self, values: torch.Tensor, layers: list[Layer], mode: str) -> torch.Tensor:
+    def evaluate(self, values: torch.Tensor, layers: list[Layer], mode: Semiring) -> torch.Tensor:
         """Fill ``values`` (table rows, rows) layer by layer upward; its leaf rows are set."""
         for layer in layers:
             out = values[layer.start:layer.end]
@@ -260,10 +263,7 @@ class CompiledCircuit:
                 continue
             n = layer.end - layer.start
             scores = values[layer.slots.reshape(-1)].view(n, -1, values.shape[1]).add_(layer.slot_w)  # (n, K, rows)
-            if mode == "max":
-                torch.amax(scores, 1, out=out)
-            else:
-                log_sum_exp(scores, out)
+            mode.reduce(scores, out)
         return values
 
     def log_likelihood(self, x: torch.Tensor, complete: bool | None = None) -> torch.Tensor:
@@ -295,8 +295,9 @@ class CompiledCircuit:
         return flow, edge_counts
 
     @torch.no_grad()
-    def select(self, values: torch.Tensor, how: str, gen: torch.Generator | None = None) -> torch.Tensor:
-        """Top-down choice of one child per sum: returns the active leaves (n_leaves, rows)."""
+    def select(self, values: torch.Tensor, how: Semiring, gen: torch.Generator | None = None) -> torch.Tensor:
+        """Top-down choice of one child per sum (a draw under ``SUM``, the best under ``MAX``; values
+        from ``forward`` in the same semiring): returns the active leaves (n_leaves, rows)."""
         rows = values.shape[1]
         active = torch.zeros(self.n_nodes, rows, dtype=self.dtype, device=self.device)
         active[self.root] = 1.0
@@ -306,22 +307,19 @@ class CompiledCircuit:
             if layer.kind == "product":
                 active.index_add_(0, layer.child, on[layer.parent])
                 continue
-            scores = values[layer.child] + layer.log_weights[:, None]
-            if how == "sample":  # Gumbel-max: a draw proportional to weight x child value
-                u = torch.rand(scores.shape, generator=gen, dtype=self.dtype, device=self.device)
-                scores = scores - torch.log(-torch.log(u.clamp_min(1e-300)))
+            scores = how.perturb(values[layer.child] + layer.log_weights[:, None], gen)
             chosen = layer.child[segment_argmax(scores, layer.parent, n)]  # (n, rows)
             active.scatter_reduce_(0, chosen, on, "amax", include_self=True)
         return active[: self.n_leaves] > 0
 
-    def fill(self, x: torch.Tensor, active: torch.Tensor, how: str,
+    def fill(self, x: torch.Tensor, active: torch.Tensor, how: Semiring,
              gen: torch.Generator | None = None) -> torch.Tensor:
-        """Missing entries of ``x`` (rows, variables) from the active leaves' modes or draws."""
+        """Missing entries of ``x`` (rows, variables) from the active leaves' modes (``MAX``) or draws."""
         rows = x.shape[0]
         proposal = torch.zeros(rows, self.n_vars, dtype=self.dtype, device=self.device)
         for g in self.groups:
             kind = leaf_type(g.dist)
-            vals = (kind.mode(g.params).expand(rows, -1) if how == "max"
+            vals = (kind.mode(g.params).expand(rows, -1) if how is Semiring.MAX
                     else kind.sample(g.params, rows, gen).to(self.dtype))
             on = active[g.start:g.end].T
             proposal.index_add_(1, g.vars, torch.where(on, vals, torch.zeros_like(vals)))

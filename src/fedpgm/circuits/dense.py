@@ -31,10 +31,12 @@ from torch import nn
 
 from fedpgm.circuits.dense_inputs import INPUT_LAYERS, InputLayer
 from fedpgm.circuits.region_graph import RegionGraph
+from fedpgm.circuits.semiring import Semiring
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 
-SELECTIONS = ("sample", "max")  # how ``select`` fills missing entries
+SELECTIONS = tuple(s.how for s in Semiring)  # how ``select`` fills missing entries (the CLI's --how)
+
 
 
 @dataclass
@@ -309,12 +311,11 @@ class DenseCircuit(nn.Module):
 
     # -- top-down selection ---------------------------------------------------------------------
     @torch.no_grad()
-    def select(self, x: torch.Tensor, how: str = "sample", seed: int = 0) -> torch.Tensor:
+    def select(self, x: torch.Tensor, how: Semiring | str = Semiring.SUM, seed: int = 0) -> torch.Tensor:
         """(B, V): ``x`` with its NaN entries filled by a sample of p(missing | observed)
-        (``how="sample"``, exact) or by the most probable branch at every unit and each leaf's
-        mode (``"max"``: an approximate MPE, as EiNets inpaint)."""
-        if how not in SELECTIONS:
-            raise FedpgmError(f"how must be one of {SELECTIONS}, got {how!r}")
+        (``Semiring.SUM`` or ``"sample"``, exact) or by the most probable branch at every unit and
+        each leaf's mode (``MAX``: an approximate MPE, as EiNets inpaint)."""
+        how = Semiring.of(how)
         gen = torch.Generator(device=x.device).manual_seed(seed)
         w = self.weights()
         values, parts, _ = self.evaluate(self.leaf_regions(x, discrete=True), w["part"], w["mix"])
@@ -323,13 +324,7 @@ class DenseCircuit(nn.Module):
         unit = torch.full((b, values.shape[1]), -1, dtype=torch.long, device=x.device)
         part_unit = torch.full((b, parts.shape[1]), -1, dtype=torch.long, device=x.device)
 
-        def choose(logits: torch.Tensor) -> torch.Tensor:
-            if how == "max":
-                return logits.argmax(-1)
-            g = -torch.log(-torch.log(torch.rand(logits.shape, generator=gen, device=x.device).clamp_min(1e-30)))
-            return (logits + g).argmax(-1)
-
-        unit[:, self.root_pos] = choose(values[:, self.root_pos] + torch.log(w["root"]))
+        unit[:, self.root_pos] = how.choose(values[:, self.root_pos] + torch.log(w["root"]), gen)
         for lay in reversed(self.layers):
             u = unit[:, lay.r0:lay.r1]  # (B, R)
             active = u >= 0
@@ -341,7 +336,7 @@ class DenseCircuit(nn.Module):
                 cand = torch.gather(cand, 3, uc[:, :, None, None].expand(-1, -1, cand.shape[2], 1))[..., 0]
                 log_mix = torch.log(w["mix"][lay.r0:lay.r1, :, :lay.mix.shape[1]])  # (R, K, M)
                 log_mix = log_mix[torch.arange(lay.r1 - lay.r0)[None, :], uc]  # (B, R, M)
-                m = choose(cand + log_mix)
+                m = how.choose(cand + log_mix, gen)
                 chosen_pos = torch.gather(lay.mix.expand(b, -1, -1), 2, m[:, :, None])[..., 0]
             part_unit.scatter_reduce_(1, chosen_pos, torch.where(active, uc, -1), reduce="amax")
             o = part_unit[:, lay.p0:lay.p1]  # (B, P)
@@ -349,7 +344,7 @@ class DenseCircuit(nn.Module):
             log_w = torch.log(w["part"][lay.p0:lay.p1])  # (P, K, K*K)
             log_w = log_w[torch.arange(lay.p1 - lay.p0)[None, :], o.clamp_min(0)]  # (B, P, K*K)
             pair = values[:, lay.left][:, :, :, None] + values[:, lay.right][:, :, None, :]
-            ij = choose(log_w + pair.reshape(b, lay.p1 - lay.p0, -1))
+            ij = how.choose(log_w + pair.reshape(b, lay.p1 - lay.p0, -1), gen)
             k = self.units
             unit.scatter_reduce_(1, lay.left.expand(b, -1), torch.where(on, ij // k, -1), reduce="amax")
             unit.scatter_reduce_(1, lay.right.expand(b, -1), torch.where(on, ij % k, -1), reduce="amax")

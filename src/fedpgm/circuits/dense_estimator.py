@@ -39,6 +39,7 @@ from fedpgm.circuits.dense_inputs import INPUT_LAYERS, INPUTS, CategoricalInput,
 from fedpgm.circuits.estimator import NotFitted, as_matrix
 from fedpgm.circuits.io import check_meta, load_circuit, save_circuit
 from fedpgm.circuits.region_graph import STRUCTURES, build
+from fedpgm.circuits.semiring import Semiring
 from fedpgm.data import images
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
@@ -225,12 +226,11 @@ class DensePC(CheckedParams):
         evidence[:, [names.index(q) for q in query]] = np.nan
         return dense_train.log_likelihood(self.circuit_, x) - dense_train.log_likelihood(self.circuit_, evidence)
 
-    def complete(self, X, how: str = "sample", seed: int = 0) -> np.ndarray:
+    def complete(self, X, how: Semiring | str = Semiring.SUM, seed: int = 0) -> np.ndarray:
         """(rows, columns in schema order): X with NaN filled by a sample from p(missing | observed)
         (``how="sample"``) or the most probable branch's modes (``"max"``): inpainting."""
         model = self._check()
-        if how not in ("sample", "max"):
-            raise FedpgmError(f"how must be 'sample' or 'max', got {how!r}")
+        how = Semiring.of(how)
         x = torch.as_tensor(self._matrix(X), dtype=torch.float32, device=model.device)
         filled = model.select(x, how, seed).double().cpu().numpy()
         out = np.empty_like(filled)
@@ -240,7 +240,7 @@ class DensePC(CheckedParams):
     def sample(self, n: int, seed: int = 0) -> np.ndarray:
         """(n, columns in schema order) unconditional samples."""
         model = self._check()
-        return self.complete(np.full((n, len(model.columns)), np.nan), "sample", seed)
+        return self.complete(np.full((n, len(model.columns)), np.nan), Semiring.SUM, seed)
 
     def predict_proba(self, X, target: str | None = None):
         raise FedpgmError("a DensePC models pixels only, so it has no label to classify; use learnspn for that")

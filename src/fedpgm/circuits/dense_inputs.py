@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import nn
 
+from fedpgm.circuits.semiring import Semiring
 from fedpgm.errors import FedpgmError
 
 EPS = 1e-12
@@ -97,8 +98,8 @@ class InputLayer(nn.Module, ABC):
         return {k: getattr(self, k) for k in self.extras}
 
     @abstractmethod
-    def draw(self, units: torch.Tensor, how: str, generator: torch.Generator | None) -> torch.Tensor:
-        """(B, E) a sample (``how="sample"``) or mode (``"max"``) of unit ``units[b, e]`` of each pair."""
+    def draw(self, units: torch.Tensor, how: Semiring, generator: torch.Generator | None) -> torch.Tensor:
+        """(B, E) a sample (``Semiring.SUM``) or the mode (``MAX``) of unit ``units[b, e]`` of each pair."""
 
 
 class GaussianInput(InputLayer):
@@ -151,7 +152,7 @@ class GaussianInput(InputLayer):
 
     def draw(self, units, how, generator):
         mean = torch.gather(self.mean.expand(units.shape[0], -1, -1), 2, units[:, :, None])[:, :, 0]
-        if how == "sample":
+        if how is Semiring.SUM:  # (a draw; MAX: the mode)
             sd = torch.sqrt(torch.gather(self.variance.expand(units.shape[0], -1, -1), 2, units[:, :, None]))[:, :, 0]
             mean = mean + sd * torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
         if self.levels:
@@ -195,7 +196,7 @@ class CategoricalInput(InputLayer):
         logp = torch.log_softmax(self.logits, -1)
         e = torch.arange(self.n_pairs, device=units.device)
         chosen = logp[e[None, :], units]  # (B, E, C)
-        if how == "max":
+        if how is Semiring.MAX:
             return chosen.argmax(-1).to(self.logits.dtype)
         flat = torch.multinomial(torch.exp(chosen.reshape(-1, self.levels)), 1, generator=generator)
         return flat.reshape(units.shape).to(self.logits.dtype)
@@ -225,7 +226,7 @@ class BernoulliInput(InputLayer):
 
     def draw(self, units, how, generator):
         p = torch.gather(torch.sigmoid(self.logit).expand(units.shape[0], -1, -1), 2, units[:, :, None])[:, :, 0]
-        if how == "max":
+        if how is Semiring.MAX:
             return (p > 0.5).to(p.dtype)
         return torch.bernoulli(p, generator=generator)
 

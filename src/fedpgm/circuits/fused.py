@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from fedpgm.circuits.leaves import CONTINUOUS_LEAVES, LINEAR_LEAVES, LOG_2PI, leaf_type
-from fedpgm.circuits.logspace import log_sum_exp
+from fedpgm.circuits.semiring import Semiring
 from fedpgm.circuits.structure import Leaf, Product, Sum
 
 LOG_ZERO = -1e30  # finite stand-in for log 0 (0 x -inf would be NaN in a matmul)
@@ -113,10 +113,10 @@ class LinearFrontier:
         self.shift_t = -self.center_t * self.inv_scale_t
         self.all_continuous = self.cont == list(range(len(schema)))
         # mode -> (all columns, core columns, (terms, 1) constants: when complete, otherwise)
-        self.coef: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.coef: dict[Semiring, tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         n_rows, obs = len(rows), self.columns["obs"]
         log_w = np.array([w for w, _ in rows])[:, None]
-        for mode in ("sum", "max"):
+        for mode in Semiring:
             r, cols, vals = self.coefficients(nodes, [leaves for _, leaves in rows], mode)
             core, is_obs = cols < self.core_width, (cols >= obs.start) & (cols < obs.stop)
             constant = np.bincount(r[is_obs], vals[is_obs], minlength=n_rows)[:, None]
@@ -134,7 +134,7 @@ class LinearFrontier:
         scale = {v: float(max(np.std([m for m, _ in ms]), max(s for _, s in ms))) for v, ms in means.items()}
         return center, scale
 
-    def leaf_coefficients(self, leaf: Leaf, mode: str) -> dict[tuple[str, int], float]:
+    def leaf_coefficients(self, leaf: Leaf, mode: Semiring) -> dict[tuple[str, int], float]:
         if leaf.dist in CONTINUOUS_LEAVES:  # (a Gaussian: the continuous type that is linear)
             mu, sd = float(leaf.params["mean"]), float(leaf.params["std"])
             c, s = self.center[leaf.var], self.scale[leaf.var]
@@ -142,16 +142,17 @@ class LinearFrontier:
             log_norm = -math.log(sd) - 0.5 * LOG_2PI
             out = {self.slot[(leaf.var, "sq")]: -0.5 * r * r, self.slot[(leaf.var, "lin")]: -r * d,
                    self.slot[(leaf.var, "obs")]: -0.5 * d * d + log_norm}
-            out[self.slot[(leaf.var, "miss")]] = log_norm if mode == "max" else 0.0
+            out[self.slot[(leaf.var, "miss")]] = log_norm if mode is Semiring.MAX else 0.0
             return out
         probs = leaf_type(leaf.dist).probabilities(leaf.params)
         with np.errstate(divide="ignore"):
             logp = np.maximum(np.log(probs), LOG_ZERO)
         out = {self.slot[(leaf.var, s)]: float(lp) for s, lp in enumerate(logp)}
-        out[self.slot[(leaf.var, "miss")]] = float(logp.max()) if mode == "max" else 0.0
+        out[self.slot[(leaf.var, "miss")]] = float(logp.max()) if mode is Semiring.MAX else 0.0
         return out
 
-    def coefficients(self, nodes, terms: list[tuple[int, ...]], mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def coefficients(self, nodes, terms: list[tuple[int, ...]],
+                     mode: Semiring) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Non-zero coefficients as (term row, feature column, value) arrays; ``terms`` holds each
         term's leaves."""
         rows, cols, vals = [], [], []
@@ -166,7 +167,7 @@ class LinearFrontier:
                     vals.append(value)
         return np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64), np.array(vals)
 
-    def values(self, x: torch.Tensor, cc, mode: str, complete: bool | None, out: torch.Tensor) -> torch.Tensor:
+    def values(self, x: torch.Tensor, cc, mode: Semiring, complete: bool | None, out: torch.Tensor) -> torch.Tensor:
         """Fill ``out`` (n_rows, rows): the terms' and the mixtures' log-values (class docstring)
         for x (rows, variables); the terms of mixtures are overwritten.
 
@@ -197,10 +198,7 @@ class LinearFrontier:
         times(coef, feats, out[:self.n_terms]).add_(bias)
         for first, start, count, arity in self.buckets:
             scores = out[first:first + count * arity].view(count, arity, -1)  # (mixtures, arity, rows)
-            if mode == "max":
-                torch.amax(scores, 1, out=out[start:start + count])
-            else:
-                log_sum_exp(scores, out[start:start + count], far_apart=True)
+            mode.reduce(scores, out[start:start + count], far_apart=True)
         return out
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from fedpgm.circuits.compiled import CompiledCircuit
+from fedpgm.circuits.semiring import Semiring
 from fedpgm.errors import FedpgmError
 
 CACHE_CELLS = 1_000_000
@@ -127,8 +128,8 @@ def mpe(cc: CompiledCircuit, X: np.ndarray) -> np.ndarray:
     out = np.empty_like(X)
     for s in chunks(cc, len(X)):
         x = cc.tensor(X[s])
-        values = cc.forward(x, mode="max")  # (nodes, rows)
-        out[s] = cc.fill(x, cc.select(values, "max"), "max").cpu().numpy()
+        values = cc.forward(x, Semiring.MAX)  # (nodes, rows)
+        out[s] = cc.fill(x, cc.select(values, Semiring.MAX), Semiring.MAX).cpu().numpy()
     return out
 
 
@@ -145,5 +146,5 @@ def sample(cc: CompiledCircuit, n: int | None = None, evidence: np.ndarray | Non
     for s in chunks(cc, len(X)):
         x = cc.tensor(X[s])
         values = cc.forward(x)
-        out[s] = cc.fill(x, cc.select(values, "sample", gen), "sample", gen).cpu().numpy()
+        out[s] = cc.fill(x, cc.select(values, Semiring.SUM, gen), Semiring.SUM, gen).cpu().numpy()
     return out

@@ -31,6 +31,7 @@ from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.learners import log_likelihood_of
 from fedpgm.circuits.estimator import as_matrix
+from fedpgm.circuits.semiring import Semiring
 from fedpgm.circuits.io import STRUCTURE, load_circuit, save_circuit
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Schema
@@ -131,19 +132,18 @@ class FedPC:
         ev = None if evidence is None else as_matrix(evidence, self.schema)
         return queries.sample(self.compiled, n, ev, seed)
 
-    def complete(self, X, how: str = "sample", seed: int = 0) -> np.ndarray:
+    def complete(self, X, how: Semiring | str = Semiring.SUM, seed: int = 0) -> np.ndarray:
         """(rows, columns) X with NaN filled, for dense client circuits: a product, then a circuit
         per subspace, are drawn from their posterior given the observed entries (or the most
-        probable, ``how="max"``), then each chosen circuit fills its columns (``DenseCircuit.select``)."""
+        probable, ``Semiring.MAX``), then each chosen circuit fills its columns (``DenseCircuit.select``)."""
         if self.components is None:
             raise FedpgmError("complete() is for FedPCs of dense client circuits; use sample(evidence=...)")
         X = as_matrix(X, self.schema).copy()
-        rng = np.random.default_rng(seed)
+        how = Semiring.of(how)
+        gen = torch.Generator().manual_seed(seed)
 
         def pick(logits: np.ndarray) -> np.ndarray:  # (rows, options) -> (rows,)
-            if how == "max":
-                return logits.argmax(1)
-            return (logits - np.log(-np.log(rng.random(logits.shape)))).argmax(1)
+            return how.choose(torch.from_numpy(logits), gen).numpy()
 
         comp = self.component_log_likelihoods(X)
         alt_ll = [[logsumexp(comp[:, a.components] + np.log(a.weights), axis=1) for a in alts]
