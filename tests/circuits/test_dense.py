@@ -63,14 +63,14 @@ def test_layers_equal_brute_force_and_sum_to_one(graph, kind, levels):
     model = DenseCircuit(graph, 3, kind, levels, seed=2)
     n = graph.n_vars
     domain = np.array(list(itertools.product(range(levels or 2), repeat=n)), dtype=float)
-    ll = dense_train.log_likelihood(model, domain)
+    ll = model.log_likelihood(domain)
     expected = np.log([brute_force(model, x) for x in domain])
     np.testing.assert_allclose(ll, expected, rtol=1e-5, atol=1e-5)
     assert abs(np.exp(ll).sum() - 1) < 1e-5
     # a marginal: the first two variables missing equals the sum over their values
     evidence = domain[domain[:, 0] + domain[:, 1] == 0].copy()
     evidence[:, :2] = np.nan
-    marg = dense_train.log_likelihood(model, evidence)
+    marg = model.log_likelihood(evidence)
     by_sum = [np.log(sum(np.exp(ll[(domain[:, 2:] == e[2:]).all(1)]))) for e in evidence]
     np.testing.assert_allclose(marg, by_sum, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.exp(marg).sum(), 1.0, atol=1e-5)
@@ -154,7 +154,7 @@ def test_save_load_gives_identical_outputs_and_refuses_bad_files(tmp_path):
 def test_sampling_matches_the_distribution_and_respects_evidence():
     model = DenseCircuit(binary_trees(3, 1, 2, seed=0), 3, "bernoulli", seed=4)
     domain = np.array(list(itertools.product([0, 1], repeat=3)), dtype=float)
-    p = np.exp(dense_train.log_likelihood(model, domain))
+    p = np.exp(model.log_likelihood(domain))
     draws = model.select(torch.full((20000, 3), float("nan")), "sample", seed=1).numpy()
     freq = np.array([(draws == d).all(1).mean() for d in domain])
     assert np.abs(freq - p).max() < 0.015

@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedpgm.circuits.fused import LinearFrontier
 from fedpgm.circuits.leaves import LINEAR_LEAVES, leaf_type
+from fedpgm.circuits.nodes import Leaf, Sum
 from fedpgm.circuits.semiring import Semiring
-from fedpgm.circuits.structure import Circuit, Leaf, Sum
+
+if TYPE_CHECKING:
+    from fedpgm.circuits.structure import Circuit
 
 
 @dataclass

@@ -142,6 +142,7 @@ class DenseCircuit(nn.Module):
     """A smooth, decomposable circuit over ``graph.n_vars`` variables; see the module doc."""
 
     dense: ClassVar[Literal[True]] = True  # (a node ``Circuit``'s is False)
+    format: ClassVar[str] = "fedpgm-dense-circuit/1"  # (``fedpgm.circuits.io.FORMATS``)
     pair_region: torch.Tensor  # (E,) a buffer: the region each input pair belongs to
     inputs: "InputLayer"
 
@@ -353,6 +354,39 @@ class DenseCircuit(nn.Module):
         drawn = torch.where(pair_unit >= 0, drawn, torch.zeros_like(drawn))
         filled = torch.zeros_like(x).index_add(1, self.inputs.var, drawn.to(x.dtype))
         return torch.where(torch.isnan(x), filled, x)
+
+    # -- the circuit model protocol (``fedpgm.circuits.protocol``) --------------------------------
+    # Rows hold the schema's columns (the variables alone without a schema); the circuit reads
+    # ``columns`` of them.
+    @property
+    def width(self) -> int:
+        return len(self.schema) if self.schema is not None else self.graph.n_vars
+
+    def rows(self, X: np.ndarray) -> np.ndarray:
+        """X (rows, width) as floats, after checking its width."""
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.shape[1] != self.width:
+            raise FedpgmError(f"expected rows of {self.width} columns, got shape {X.shape}")
+        return X
+
+    @torch.no_grad()
+    def log_likelihood(self, X: np.ndarray, batch_size: int = 512) -> np.ndarray:
+        """(rows,) log p in nats (masses of the values where the inputs have levels: pixels)."""
+        data = torch.as_tensor(self.rows(X)[:, self.columns], dtype=torch.float32, device=self.device)
+        out = [self(data[i:i + batch_size], discrete=True) for i in range(0, len(data), batch_size)]
+        return torch.cat(out).double().cpu().numpy() if out else np.zeros(0)
+
+    def complete(self, X: np.ndarray, how: Semiring | str = Semiring.MAX, seed: int = 0) -> np.ndarray:
+        """(rows, width) X with NaN filled by ``select`` (a draw under SUM, the most probable
+        branch under MAX)."""
+        out = self.rows(X).copy()
+        x = torch.as_tensor(out[:, self.columns], dtype=torch.float32, device=self.device)
+        out[:, self.columns] = self.select(x, how, seed).double().cpu().numpy()
+        return out
+
+    def sample(self, n: int, seed: int = 0) -> np.ndarray:
+        """(n, width) unconditional draws."""
+        return self.complete(np.full((n, self.width), np.nan), Semiring.SUM, seed)
 
     # -- files ----------------------------------------------------------------------------------
     def spec(self) -> dict:

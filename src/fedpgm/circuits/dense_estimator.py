@@ -199,14 +199,15 @@ class DensePC(CheckedParams):
         return self.circuit_
 
     def _matrix(self, X) -> np.ndarray:
-        model = self._check()
+        """(rows, schema columns) query rows; a label column in a frame is ignored."""
+        self._check()
         if isinstance(X, pd.DataFrame) and self.schema_.label in X.columns:
             X = X.drop(columns=[self.schema_.label])
-        return as_matrix(X, self.schema_)[:, model.columns]
+        return as_matrix(X, self.schema_)
 
     def log_likelihood(self, X) -> np.ndarray:
         """(rows,) log p in nats (log P of the pixel values for images); NaN is marginalised."""
-        return dense_train.log_likelihood(self._check(), self._matrix(X))
+        return self._check().log_likelihood(self._matrix(X))
 
     def score_samples(self, X) -> np.ndarray:
         return self.log_likelihood(X)
@@ -221,26 +222,18 @@ class DensePC(CheckedParams):
         """(rows,) log p(query columns | the other observed columns)."""
         x = self._matrix(X)
         evidence = x.copy()
-        names = [self.schema_.names[c] for c in self.circuit_.columns]
         self.schema_.check_names(query)
-        evidence[:, [names.index(q) for q in query]] = np.nan
-        return dense_train.log_likelihood(self.circuit_, x) - dense_train.log_likelihood(self.circuit_, evidence)
+        evidence[:, [self.schema_.index(q) for q in query]] = np.nan
+        return self.circuit_.log_likelihood(x) - self.circuit_.log_likelihood(evidence)
 
     def complete(self, X, how: Semiring | str = Semiring.SUM, seed: int = 0) -> np.ndarray:
         """(rows, columns in schema order): X with NaN filled by a sample from p(missing | observed)
         (``how="sample"``) or the most probable branch's modes (``"max"``): inpainting."""
-        model = self._check()
-        how = Semiring.of(how)
-        x = torch.as_tensor(self._matrix(X), dtype=torch.float32, device=model.device)
-        filled = model.select(x, how, seed).double().cpu().numpy()
-        out = np.empty_like(filled)
-        out[:, model.columns] = filled
-        return out
+        return self._check().complete(self._matrix(X), how, seed)
 
     def sample(self, n: int, seed: int = 0) -> np.ndarray:
         """(n, columns in schema order) unconditional samples."""
-        model = self._check()
-        return self.complete(np.full((n, len(model.columns)), np.nan), Semiring.SUM, seed)
+        return self._check().sample(n, seed)
 
     def predict_proba(self, X, target: str | None = None):
         raise FedpgmError("a DensePC models pixels only, so it has no label to classify; use learnspn for that")
@@ -270,6 +263,6 @@ class DensePC(CheckedParams):
     def load(cls, folder) -> "DensePC":
         """The ``DensePC`` saved in ``folder`` (``fedpgm.circuits.learners.load_model`` loads any estimator's)."""
         circuit, meta = load_circuit(folder)
-        if not isinstance(circuit, DenseCircuit):
+        if not circuit.dense:
             raise FedpgmError(f"{folder} holds a node circuit; load it with fedpgm.circuits.learners.load_model")
         return cls.from_circuit(circuit, check_meta(meta, True, str(folder), {cls.__name__: cls}))

@@ -182,11 +182,3 @@ def project_inputs(model: DenseCircuit, data: torch.Tensor, batch_size: int, sta
     model.inputs.load_state_dict(start)
     with torch.no_grad():
         model.inputs.m_step(floor_statistics(model.inputs, stats, *floor), 1.0)
-
-
-@torch.no_grad()
-def log_likelihood(model: DenseCircuit, X: np.ndarray, discrete: bool = True, batch_size: int = 512) -> np.ndarray:
-    """(rows,) log p in nats (masses of pixel values where the inputs have levels)."""
-    data = torch.as_tensor(np.asarray(X, dtype=np.float32), device=model.device)
-    out = [model(data[i:i + batch_size], discrete=discrete) for i in range(0, len(data), batch_size)]
-    return torch.cat(out).double().cpu().numpy() if out else np.zeros(0)

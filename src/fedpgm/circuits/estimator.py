@@ -217,7 +217,7 @@ class CircuitEstimator(CheckedParams, ABC):
     def load(cls, folder) -> "CircuitEstimator":
         """The ``cls`` saved in ``folder`` (``fedpgm.circuits.learners.load_model`` loads any estimator's)."""
         circuit, meta = load_circuit(folder)
-        if not isinstance(circuit, Circuit):
+        if circuit.dense:
             raise FedpgmError(f"{folder} holds a dense circuit; load it with fedpgm.circuits.learners.load_model")
         return cls.from_circuit(circuit, check_meta(meta, False, str(folder), {cls.__name__: cls}))
 

@@ -31,7 +31,7 @@ import torch
 
 from fedpgm.circuits.leaves import CONTINUOUS_LEAVES, LINEAR_LEAVES, LOG_2PI, leaf_type
 from fedpgm.circuits.semiring import Semiring
-from fedpgm.circuits.structure import Leaf, Product, Sum
+from fedpgm.circuits.nodes import Leaf, Product, Sum
 
 LOG_ZERO = -1e30  # finite stand-in for log 0 (0 x -inf would be NaN in a matmul)
 DENSE_LIMIT = 0.05  # use a dense coefficient matrix above this fill ratio

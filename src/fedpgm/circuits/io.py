@@ -2,6 +2,8 @@
 
 A dense circuit (``fedpgm.circuits.dense``) is written the same way: ``structure.json`` holds its
 spec (region graph, K, input kind, schema and columns), ``params.safetensors`` its state arrays.
+``FORMATS`` is the registry: each circuit names its ``format`` (``fedpgm.circuits.protocol``), and
+a file is read by the format it records.
 
 Parameters are packed per kind into a few flat arrays (``sum_weights``; per leaf type and
 parameter, e.g. ``leaf.gaussian.mean``) consumed in node order, so a circuit with 10^5 nodes is
@@ -24,7 +26,8 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 from safetensors import SafetensorError
@@ -34,46 +37,38 @@ from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.dense_inputs import INPUT_LAYERS
 from fedpgm.circuits.leaves import LEAF_TYPES
 from fedpgm.circuits.region_graph import RegionGraph
-from fedpgm.circuits.structure import Circuit, Leaf, Product, Sum
+from fedpgm.circuits.nodes import Leaf, Product, Sum
+from fedpgm.circuits.protocol import CircuitModel
+from fedpgm.circuits.structure import Circuit
 from fedpgm.errors import FedpgmError
 from fedpgm.files import atomic_folder
 from fedpgm.model_files import (SEAL, BadModelFile, check_file, check_keys, check_seal, file_record, need,
                                 need_float, need_int, need_list, read_json, schema_of, seal)
 
-FORMAT = "fedpgm-circuit/1"
-DENSE_FORMAT = "fedpgm-dense-circuit/1"  # a dense circuit: its spec (region graph, K, inputs) + state arrays
 STRUCTURE, PARAMS = "structure.json", "params.safetensors"
-KEYS = {FORMAT: ("format", "schema", "nodes", "meta"), DENSE_FORMAT: ("format", "spec", "meta")}
 FILE_KEYS = ("params", SEAL)  # what a file adds to a payload's document
 SPEC_KEYS = ("graph", "units", "input", "levels", "input_options", "schema", "columns")
 MAX_UNITS, MAX_LEVELS, MAX_DIMS, MAX_SIZE = 2 ** 16, 2 ** 16, 8, 2 ** 40
 
 
-def to_payload(circuit: Circuit | DenseCircuit, meta: dict | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+@dataclass(frozen=True)
+class Format:
+    """How one circuit representation (its ``format``, ``fedpgm.circuits.protocol``) is written
+    and read: its document's fields, and the two halves of a payload."""
+
+    keys: tuple[str, ...]  # the document's fields (besides FILE_KEYS)
+    dense: bool  # its circuits' ``dense`` (whose estimators may be named in ``meta``)
+    write: Callable[[Any], tuple[dict, dict[str, np.ndarray]]]  # circuit -> (document fields, arrays)
+    read: Callable[[dict, dict[str, np.ndarray], str, dict], Any]  # (document, arrays, where, meta) -> circuit
+
+
+def to_payload(circuit: CircuitModel, meta: dict | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """The structure document and the packed parameter arrays (what files and messages carry)."""
-    if circuit.dense:
-        return {"format": DENSE_FORMAT, "spec": circuit.spec(), "meta": meta or {}}, circuit.arrays()
-    circuit.validate()
-    nodes: list[dict] = []
-    packs: dict[str, list] = {"sum_weights": []}
-    for node in circuit.nodes:
-        if isinstance(node, Leaf):
-            shapes = {}
-            for name, value in node.params.items():
-                packs.setdefault(f"leaf.{node.dist}.{name}", []).append(np.ravel(value))
-                shapes[name] = list(np.shape(value))
-            nodes.append({"type": "leaf", "var": node.var, "dist": node.dist, "shapes": shapes})
-        elif isinstance(node, Sum):
-            packs["sum_weights"].append(node.weights)
-            nodes.append({"type": "sum", "children": node.children})
-        else:
-            nodes.append({"type": "product", "children": node.children})
-    tensors = {k: np.concatenate(v).astype(np.float64) if v else np.zeros(0) for k, v in packs.items()}
-    doc = {"format": FORMAT, "schema": circuit.schema.to_dict(), "nodes": nodes, "meta": meta or {}}
-    return doc, tensors
+    fields, tensors = FORMATS[circuit.format].write(circuit)
+    return {"format": circuit.format, **fields, "meta": meta or {}}, tensors
 
 
-def save_circuit(circuit: Circuit | DenseCircuit, folder: str | Path, meta: dict | None = None) -> Path:
+def save_circuit(circuit: CircuitModel, folder: str | Path, meta: dict | None = None) -> Path:
     """Write the two files into ``folder`` (replaced atomically if it exists)."""
     return save_payload(*to_payload(circuit, meta), folder)
 
@@ -111,9 +106,9 @@ def load_circuit(folder: str | Path, estimators: dict[str, Any] | None = None) -
 def check_document(doc, where: str, optional=()) -> str:
     """The document's format, after checking it has exactly that format's keys."""
     fmt = doc.get("format") if isinstance(doc, dict) else None
-    if not isinstance(fmt, str) or fmt not in KEYS:
-        raise FedpgmError(f"{where}: not a {FORMAT} or {DENSE_FORMAT} file")
-    check_keys(doc, where, "document", KEYS[fmt], optional)
+    if not isinstance(fmt, str) or fmt not in FORMATS:
+        raise FedpgmError(f"{where}: not a {' or '.join(FORMATS)} file")
+    check_keys(doc, where, "document", FORMATS[fmt].keys, optional)
     return fmt
 
 
@@ -121,16 +116,9 @@ def from_payload(doc, tensors: dict[str, np.ndarray], where: str = "circuit",
                  estimators: dict[str, Any] | None = None) -> tuple[Circuit | DenseCircuit, dict]:
     """Rebuild a circuit from ``to_payload``'s output, checking everything (see module doc)."""
     fmt = check_document(doc, where, FILE_KEYS)
-    meta = check_meta(doc["meta"], fmt == DENSE_FORMAT, where, estimators)
+    meta = check_meta(doc["meta"], FORMATS[fmt].dense, where, estimators)
     check_arrays(tensors, where)
-    if fmt == DENSE_FORMAT:
-        if meta and isinstance(doc["spec"], dict) and doc["spec"].get("schema") is None:
-            raise BadModelFile(f"{where}: field 'spec.schema' is null, but {meta['estimator']} needs its variables")
-        budget = sum(int(v.nbytes) for v in tensors.values())
-        model = DenseCircuit.from_spec(doc["spec"], where, dense_graph(doc["spec"], budget, where))
-        model.load_arrays(tensors, where)
-        return model, meta
-    return node_circuit(doc, tensors, where), meta
+    return FORMATS[fmt].read(doc, tensors, where, meta), meta
 
 
 def check_arrays(tensors, where: str) -> None:
@@ -171,8 +159,29 @@ def check_meta(meta, dense: bool, where: str, estimators: dict[str, Any] | None 
 
 
 # -- node circuits ------------------------------------------------------------------------------
-def node_circuit(doc: dict, tensors: dict[str, np.ndarray], where: str) -> Circuit:
-    """The circuit of a node document, its packed arrays consumed exactly."""
+def node_payload(circuit: Circuit) -> tuple[dict, dict[str, np.ndarray]]:
+    """A node circuit's document fields and packed arrays (module doc)."""
+    circuit.validate()
+    nodes: list[dict] = []
+    packs: dict[str, list] = {"sum_weights": []}
+    for node in circuit.nodes:
+        if isinstance(node, Leaf):
+            shapes = {}
+            for name, value in node.params.items():
+                packs.setdefault(f"leaf.{node.dist}.{name}", []).append(np.ravel(value))
+                shapes[name] = list(np.shape(value))
+            nodes.append({"type": "leaf", "var": node.var, "dist": node.dist, "shapes": shapes})
+        elif isinstance(node, Sum):
+            packs["sum_weights"].append(node.weights)
+            nodes.append({"type": "sum", "children": node.children})
+        else:
+            nodes.append({"type": "product", "children": node.children})
+    tensors = {k: np.concatenate(v).astype(np.float64) if v else np.zeros(0) for k, v in packs.items()}
+    return {"schema": circuit.schema.to_dict(), "nodes": nodes}, tensors
+
+
+def node_circuit(doc: dict, tensors: dict[str, np.ndarray], where: str, meta: dict) -> Circuit:
+    """The circuit of a node document, its packed arrays consumed exactly (``meta``: unused)."""
     circuit = Circuit(schema_of(doc["schema"], where))
     nodes = need_list(doc["nodes"], where, "nodes")
     if not nodes:
@@ -230,6 +239,21 @@ def node_of(nd, i: int, n_vars: int, take, where: str) -> Leaf | Sum | Product:
 
 
 # -- dense circuits: the spec, checked and sized before anything is allocated -----------------
+def dense_payload(circuit: DenseCircuit) -> tuple[dict, dict[str, np.ndarray]]:
+    """A dense circuit's spec (region graph, K, inputs, schema and columns) and state arrays."""
+    return {"spec": circuit.spec()}, circuit.arrays()
+
+
+def dense_circuit(doc: dict, tensors: dict[str, np.ndarray], where: str, meta: dict) -> DenseCircuit:
+    """The dense circuit of a spec document, sized from its arrays before anything is allocated."""
+    if meta and isinstance(doc["spec"], dict) and doc["spec"].get("schema") is None:
+        raise BadModelFile(f"{where}: field 'spec.schema' is null, but {meta['estimator']} needs its variables")
+    budget = sum(int(v.nbytes) for v in tensors.values())
+    model = DenseCircuit.from_spec(doc["spec"], where, dense_graph(doc["spec"], budget, where))
+    model.load_arrays(tensors, where)
+    return model
+
+
 def dense_graph(spec, budget: int, where: str) -> RegionGraph:
     """The region graph of a dense spec whose every field is checked, and whose parameters
     (``spec_bytes``) fit in ``budget`` bytes (what the arrays hold)."""
@@ -288,3 +312,7 @@ def spec_bytes(graph: RegionGraph, units: int, kind: str, levels: int | None) ->
     floats = (sum(per_region.values()) * units ** 3 + len(reach) * units * max(per_region.values(), default=1)
               + units + pairs * units * per_pair)
     return 4 * floats
+
+
+FORMATS = {Circuit.format: Format(("format", "schema", "nodes", "meta"), False, node_payload, node_circuit),
+           DenseCircuit.format: Format(("format", "spec", "meta"), True, dense_payload, dense_circuit)}

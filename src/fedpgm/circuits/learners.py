@@ -18,15 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from fedpgm.circuits import dense_train
-from fedpgm.circuits.compiled import CompiledCircuit
-from fedpgm.circuits.dense import DenseCircuit
 from fedpgm.circuits.dense_estimator import DensePC
 from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN, LearnSPNMixture, RatSPN
 from fedpgm.circuits.io import load_circuit
+from fedpgm.circuits.protocol import CircuitModel
 from fedpgm.circuits.selection import LearnSPNCV
-from fedpgm.circuits.queries import log_likelihood
-from fedpgm.circuits.structure import Circuit
 from fedpgm.errors import FedpgmError
 
 
@@ -78,9 +74,9 @@ def load_model(folder: str | Path) -> CircuitEstimator | DensePC:
     return cls.from_circuit(circuit, meta)
 
 
-def log_likelihood_of(circuit: Circuit | DenseCircuit, names: list[str], X: np.ndarray) -> np.ndarray:
-    """(rows,) log-likelihoods of either circuit kind for rows X whose columns are ``names``;
-    the circuit's variables absent from ``names`` are marginalised."""
+def log_likelihood_of(circuit: CircuitModel, names: list[str], X: np.ndarray) -> np.ndarray:
+    """(rows,) log-likelihoods of a circuit for rows X whose columns are ``names``; the circuit's
+    variables absent from ``names`` are marginalised."""
     if circuit.schema is None:
         raise FedpgmError("this circuit does not name its variables; fit it on a table with a schema")
     cols = [names.index(n) if n in names else -1 for n in circuit.schema.names]
@@ -88,6 +84,4 @@ def log_likelihood_of(circuit: Circuit | DenseCircuit, names: list[str], X: np.n
     for j, c in enumerate(cols):
         if c >= 0:
             local[:, j] = X[:, c]
-    if circuit.dense:
-        return dense_train.log_likelihood(circuit, local[:, circuit.columns])
-    return log_likelihood(CompiledCircuit(circuit), local)
+    return circuit.log_likelihood(local)

@@ -18,33 +18,13 @@ from typing import ClassVar, Literal, Sequence
 
 import numpy as np
 
+from fedpgm.circuits import queries
+from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.leaves import leaf_type
+from fedpgm.circuits.nodes import Leaf, Node, Product, Sum
+from fedpgm.circuits.semiring import Semiring
 from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
-
-
-@dataclass
-class Leaf:
-    """A univariate distribution over the schema's variable ``var``, of a registered leaf type."""
-    var: int  # index into the schema's features
-    dist: str  # a registered leaf type
-    params: dict[str, np.ndarray]
-
-
-@dataclass
-class Sum:
-    """A mixture of its children (node ids), with weights that sum to 1."""
-    children: list[int]
-    weights: np.ndarray  # (len(children),), sums to 1
-
-
-@dataclass
-class Product:
-    """A factorisation: the product of its children, which have disjoint scopes."""
-    children: list[int]
-
-
-Node = Leaf | Sum | Product
 
 
 @dataclass
@@ -53,7 +33,8 @@ class Circuit:
     the last node the root. Compile it (``CompiledCircuit``) to evaluate it."""
     schema: Schema
     nodes: list[Node] = field(default_factory=list)
-    dense: ClassVar[Literal[False]] = False  # (``DenseCircuit``'s is True: how files and queries tell them apart)
+    dense: ClassVar[Literal[False]] = False  # (``DenseCircuit``'s is True)
+    format: ClassVar[str] = "fedpgm-circuit/1"  # (``fedpgm.circuits.io.FORMATS``)
 
     # -- building -------------------------------------------------------------------------
     def add(self, node: Node) -> int:
@@ -78,6 +59,26 @@ class Circuit:
         if not self.nodes:
             raise FedpgmError("the circuit is empty")
         return len(self.nodes) - 1
+
+    # -- the circuit model protocol (``fedpgm.circuits.protocol``): compiled afresh per call ----
+    @property
+    def width(self) -> int:
+        return len(self.schema)
+
+    def log_likelihood(self, X: np.ndarray) -> np.ndarray:
+        """(rows,) log p(observed values) of X (rows, variables), NaN marginalised."""
+        return queries.log_likelihood(CompiledCircuit(self), X)
+
+    def complete(self, X: np.ndarray, how: Semiring | str = Semiring.MAX, seed: int = 0) -> np.ndarray:
+        """(rows, variables) X with NaN filled: the exact MPE (``MAX``) or a conditional draw (``SUM``)."""
+        cc = CompiledCircuit(self)
+        if Semiring.of(how) is Semiring.MAX:
+            return queries.mpe(cc, X)
+        return queries.sample(cc, evidence=X, seed=seed)
+
+    def sample(self, n: int, seed: int = 0) -> np.ndarray:
+        """(n, variables) exact unconditional draws."""
+        return queries.sample(CompiledCircuit(self), n, seed=seed)
 
     # -- properties -----------------------------------------------------------------------
     def scopes(self) -> list[frozenset[int]]:

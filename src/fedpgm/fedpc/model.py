@@ -162,10 +162,7 @@ class FedPC:
                     sub = rows[which == c]
                     circuit = self.components[c]
                     cols = [self.schema.index(n) for n in circuit.schema.names]
-                    local = torch.as_tensor(X[np.ix_(sub, cols)][:, circuit.columns], dtype=torch.float32,
-                                            device=circuit.device)
-                    filled = circuit.select(local, how, seed + int(c)).double().cpu().numpy()
-                    out[np.ix_(sub, [cols[k] for k in circuit.columns])] = filled
+                    out[np.ix_(sub, cols)] = circuit.complete(X[np.ix_(sub, cols)], how, seed + int(c))
         return out
 
     def split_log_likelihood(self, X: np.ndarray) -> np.ndarray:
