@@ -35,7 +35,7 @@ import torch
 
 from fedpgm.circuits import dense_train
 from fedpgm.circuits.dense import DenseCircuit
-from fedpgm.circuits.dense_inputs import INPUT_LAYERS, INPUTS, CategoricalInput, GaussianInput
+from fedpgm.circuits.dense_inputs import INPUT_LAYERS, INPUTS
 from fedpgm.circuits.estimator import NotFitted, as_matrix
 from fedpgm.circuits.io import check_meta, load_circuit, save_circuit
 from fedpgm.circuits.region_graph import STRUCTURES, build
@@ -170,27 +170,11 @@ class DensePC(CheckedParams):
         uniform share 0.5 gave 1.560 / 1.558, 0.95 gave 1.562, 1.0 (no data) 1.616, and noise
         of 0.1 on the logits 1.564 (docs/images.md). With ``min_leaf_rows`` > 1, a column observed
         in fewer rows than that starts with no data (means 0, uniform values)."""
-        inputs = model.inputs
         if len(data) == 0:
             return
         if self.min_leaf_rows > 1:
             data = np.where((~np.isnan(data)).sum(0) >= self.min_leaf_rows, data, np.nan)
-        var = inputs.var.cpu().numpy()
-        if isinstance(inputs, CategoricalInput):
-            levels = inputs.levels
-            counts = np.stack([np.bincount(np.clip(col[~np.isnan(col)], 0, levels - 1).astype(np.int64),
-                                           minlength=levels) for col in data.T]).astype(np.float64)
-            freq = counts / np.maximum(counts.sum(1, keepdims=True), 1.0)  # (columns, C)
-            logits = np.log(0.2 * freq[var] + 0.8 / levels)  # (E, C)
-            inputs.logits.data.copy_(torch.as_tensor(logits, dtype=torch.float32)[:, None, :].expand_as(inputs.logits))
-        if not isinstance(inputs, GaussianInput):
-            return
-        rng = np.random.default_rng(self.seed)
-        scale = (model.levels - 1) if model.levels else 1.0
-        centre = np.nan_to_num(np.nanmean(data, axis=0))[var] / scale
-        spread = np.nan_to_num(np.nanstd(data, axis=0))[var] / scale
-        mean = centre[:, None] + 0.5 * spread[:, None] * rng.standard_normal((len(var), model.units))
-        inputs.mean.data.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        model.inputs.start(data, np.random.default_rng(self.seed))
 
     # -- queries ------------------------------------------------------------------------------
     def _check(self) -> DenseCircuit:

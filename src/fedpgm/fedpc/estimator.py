@@ -97,8 +97,7 @@ class FederatedPC(FederatedEstimator):
     def _fit(self, partition: Partition, **fit_params: Any) -> tuple[FedPC, dict]:
         from fedpgm.fedpc.procedure import fit_on
 
-        _, model = fit_on(partition, self.fit_args(), self.backend, self.timeout)
-        assert isinstance(model, FedPC)  # (method "fedpc")
+        _, model = fit_on(partition, self.fit_args(), self.backend, self.timeout, FedPC)
         return model, model.info
 
     # -- queries (X: a DataFrame with the schema's names, or an array in schema order) ----------

@@ -177,10 +177,9 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
         settings = image_cells(settings, ds)
     label = ds.schema.label
     wall = time.perf_counter()
-    result, fitted = fit_on(part, settings.fit_args(), settings.backend, settings.timeout, ds=ds, mode=mode)
+    result, model = fit_on(part, settings.fit_args(), settings.backend, settings.timeout, FedPC, ds=ds, mode=mode)
     wall = time.perf_counter() - wall - result["finish_seconds"]
-    assert isinstance(fitted, FedPC)  # (method "fedpc")
-    model, info = fitted, result["info"]
+    info = result["info"]
     ll = np.asarray(result["test_ll"])
     proba = np.asarray(result["proba"]) if label else None
     comm = info["communication"]
@@ -235,10 +234,8 @@ def run_fcdt(ds: Dataset, settings: FitSettings, out: str | Path | None = None) 
     settings, requested = within_columns(settings, ds, fcdt=True), settings.clients
     part = partition(ds, settings.split, settings.clients, settings.seed, **settings.partition)
     wall = time.perf_counter()
-    result, fitted = fit_on(part, fcdt_args(settings), settings.backend, settings.timeout, method="fcdt")
+    result, model = fit_on(part, fcdt_args(settings), settings.backend, settings.timeout, TreeCircuit)
     wall = time.perf_counter() - wall - result["finish_seconds"]
-    assert isinstance(fitted, TreeCircuit)  # (method "fcdt")
-    model = fitted
     comm = model.info["communication"]
     label = ds.schema.label
     report = {"dataset": ds.name, "split": settings.split, "clients": settings.clients, "backend": settings.backend,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -49,6 +49,7 @@ class FedPC:
     """A federated circuit: ``plan`` (network side) plus the assembled ``circuit`` or live clients."""
 
     density: Literal[True] = True  # a joint density (log-likelihoods, marginals, MPE); FC[DT]'s TreeCircuit is not
+    method: ClassVar[str] = "fedpc"  # the server procedure that fits it (``fedpgm.fedpc.procedure``)
 
     def __init__(self, schema: Schema, plan: Plan, circuit: Circuit | None = None, info: dict | None = None,
                  federation: Federation | None = None, components: list[DenseCircuit] | None = None) -> None:

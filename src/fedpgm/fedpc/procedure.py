@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -16,6 +16,8 @@ from fedpgm.federation.runner import run
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.server import fit_fedpc
 from fedpgm.fedpc.trees import TreeCircuit, fit_fcdt
+
+M = TypeVar("M", FedPC, TreeCircuit)
 
 
 def server_procedure(fed, fit: dict, test: str | None, columns: list[str], target: str | None = None,
@@ -42,21 +44,22 @@ def server_procedure(fed, fit: dict, test: str | None, columns: list[str], targe
     return result
 
 
-def fit_on(part: Partition, fit: dict, backend: str, timeout: float, method: str = "fedpc",
-           ds: Dataset | None = None, mode: str = "processes") -> tuple[dict, FedPC | TreeCircuit]:
-    """``server_procedure`` with ``fit`` (``fit_fedpc``'s or ``fit_fcdt``'s arguments) on
+def fit_on(part: Partition, fit: dict, backend: str, timeout: float, model: type[M],
+           ds: Dataset | None = None, mode: str = "processes") -> tuple[dict, M]:
+    """``server_procedure`` fitting a ``model`` (``FedPC`` or FC[DT]'s ``TreeCircuit``) with ``fit``
+    (``fit_fedpc``'s or ``fit_fcdt``'s arguments) on
     ``backend`` (``fedpgm.federation.runner``): (its result, with ``test_ll`` (FedPC) and
     ``proba`` on ``ds.test`` where ``ds`` is given; the model read back from its files; its
     ``finish_seconds``: evaluating, saving and reading the model back, which a run's wall time
     leaves out). ``timeout``: seconds per exchange; ``mode``: the in-process federation's."""
     with private_tempdir("fedpgm-fedpc-") as tmp:
         args: dict[str, Any] = {"fit": fit, "test": None, "columns": [], "target": None,
-                                "out": str(tmp / "model"), "method": method}
+                                "out": str(tmp / "model"), "method": model.method}
         if ds is not None:
             np.savez(tmp / "test.npz", X=ds.test[ds.schema.names].to_numpy(dtype=float))
             args.update(test=str(tmp / "test.npz"), columns=ds.schema.names, target=ds.schema.label)
         result = run(part, "fedpc", "fedpc", args, backend=backend, timeout=timeout, mode=mode)
         t0 = time.perf_counter()
-        model = (TreeCircuit if method == "fcdt" else FedPC).load(tmp / "model")
+        fitted = model.load(tmp / "model")
         result["finish_seconds"] += time.perf_counter() - t0
-    return result, model
+    return result, fitted

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import time
 import zipfile
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +74,7 @@ class TreeCircuit:
     none (vertical)."""
 
     density: Literal[False] = False  # a classifier: p(label | x) only (FedPC's FedPC is a density)
+    method: ClassVar[str] = "fcdt"  # the server procedure that fits it (``fedpgm.fedpc.procedure``)
 
     def __init__(self, experts: dict[str, Expert], schema: Schema, info: dict | None = None,
                  combine: str = "mean", references: dict[str, Expert] | None = None) -> None:
