@@ -70,7 +70,7 @@ def pc_fit(
                     "em_iterations": em_passes(learner, em_iterations), "seed": seed, "latent_states": latent_states,
                     "em_batch_size": em_batch_size, "budget_s": budget_s, "depth": depth, "repetitions": repetitions}
     params = (dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed) if dense else
-              {k: v for k, v in node_options.items() if k in spec.estimator._get_param_names()})  # (those it takes)
+              spec.settings(node_options))
     model: Any = spec.estimator(**params).check_params()  # a bad setting is refused before the data is read
     outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)

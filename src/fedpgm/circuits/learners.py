@@ -48,6 +48,11 @@ class LearnerSpec:
         """Its parameters counted in rows, which a FedPC client raises to its policy's ``min_rows``."""
         return self.estimator.row_settings
 
+    def settings(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Those of ``options`` (parameter name -> value: a command's options) its estimator takes."""
+        names = self.estimator._get_param_names()
+        return {k: v for k, v in options.items() if k in names}
+
     def default(self, param: str):
         """The estimator's own default of ``param`` (None where it has no such parameter)."""
         return self.estimator().get_params().get(param)

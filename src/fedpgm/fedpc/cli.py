@@ -138,6 +138,7 @@ def fit(
     subspace (1 for random and combinatorial gluing: no blind pairing across
     clients; 4 for aligned, smoothed toward independence). A number fixes
     either (the paper's: --min-instances 100 --clusters 2)."""
+    from fedpgm.circuits.learners import LEARNERS
     from fedpgm.fedpc.experiment import FitSettings
 
     slice_min = slice_minimum(min_instances)
@@ -147,24 +148,27 @@ def fit(
     if placement == "split" and out is not None:
         raise FedpgmError("--out saves an assembled model; with --placement split the circuits stay at "
                           "the clients, so use --placement server to save one")
-    by_learner: dict[str, dict] = {
-        "learnspn": {"min_instances_slice": slice_min, "threshold": threshold, "leaf": leaf, "by_label": by_label,
-                     "leaf_model": leaf_model, "alpha": alpha, "row_clusters": row_clusters,
-                     "em_iterations": em_passes(learner, em_iterations)},
-        "learnspn-cv": {"budget_s": budget_s, "leaf": leaf, "by_label": by_label},
-        "tree": {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root, "trees": trees,
-                 "ensemble": ensemble},
-        "pd": dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed)}
-    params = by_learner.get(learner, {"leaf": leaf, "em_iterations": em_passes(learner, em_iterations),
-                                      "restarts": restarts})
+    fcdt = learner == "tree"  # (FC[DT]: a family method of its own, not a circuit learner)
+    spec = LEARNERS.get(learner)  # (an unknown name is refused by FitSettings.check, which names the choices)
+    if fcdt:
+        params = {"max_depth": max_depth, "min_samples_leaf": min_leaf, "combine": tree_root, "trees": trees,
+                  "ensemble": ensemble}
+    elif spec is not None and spec.dense:
+        params = dense_params(structure, units, pieces, inputs, epochs, train, batch_size, device, seed)
+    else:  # the circuit learner's spec says which of these it takes
+        params = spec.settings({
+            "min_instances_slice": slice_min, "threshold": threshold, "leaf": leaf, "by_label": by_label,
+            "leaf_model": leaf_model, "alpha": alpha, "row_clusters": row_clusters,
+            "em_iterations": em_passes(learner, em_iterations), "budget_s": budget_s,
+            "restarts": restarts}) if spec else {}
     settings = FitSettings(split=split, clients=clients, clusters=clusters, glue=glue, products=products,
                            learner=learner, params=params, placement=placement, backend=backend, seed=seed,
                            partition=partition_options(scheme, label_to, shared, overlap, regions, band),
                            centralized=not no_centralized, timeout=timeout, min_clients=min_clients,
-                           align=align, smoothing=smoothing).check(fcdt=learner == "tree")  # (before any data)
+                           align=align, smoothing=smoothing).check(fcdt=fcdt)  # (before any data)
     outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
-    if learner == "tree":
+    if fcdt:
         from fedpgm.fedpc.experiment import run_fcdt
 
         with outputs:
