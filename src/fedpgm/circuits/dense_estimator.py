@@ -4,7 +4,8 @@
 Table 5: Poon-Domingos with 8 pieces, K = 10, Gaussian inputs with variance in [1e-3, 0.25],
 online EM with frequency 5 and step 0.1, batch 64, 5 epochs): those are the defaults.
 ``structure="quad-tree"`` halves the image down to pixels; ``"binary-trees"`` is RAT-SPN's
-random region graph (``depth``, ``repetitions``) and needs no image. ``cell`` (pixels per PD cell
+random region graph (``depth``, ``repetitions``) and needs no image: RAT-SPN's dense form (its
+node form, for mixed column types, is the learner ``ratspn``: ``fedpgm.circuits.ratspn``). ``cell`` (pixels per PD cell
 side) replaces ``pieces`` where a client holds a region of a larger image: FedPC sets it from
 the whole image (side / pieces), so a client's circuit is its region's share of the whole.
 

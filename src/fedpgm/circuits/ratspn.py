@@ -1,10 +1,12 @@
-"""RAT-SPN (Peharz et al. 2020): a random region graph made into a circuit, trained by EM.
+"""RAT-SPN (Peharz et al. 2020), node form: a random region graph made into a circuit, trained by EM.
 
-The region graph is ``region_graph.binary_trees`` (the one the dense engine uses): for each of
+There is one RAT-SPN: its region graph is ``region_graph.binary_trees`` (for each of
 ``repetitions`` random variable orders, the variables are split in halves recursively ``depth``
-times (fewer where a region has a single variable). Here it becomes a node circuit, which
-mixes leaf types per column (tabular data) and joins FedPC's gluing; ``DenseCircuit`` on the
-same graph is the tensorized form for data of one kind (images). A leaf region holds
+times, fewer where a region has a single variable), and a region graph becomes a circuit in
+either representation of ``fedpgm.circuits.protocol``: here, ``region_circuit`` gives the node
+circuit of any region graph, which mixes leaf types per column (tabular data) and joins FedPC's
+gluing (the learner ``ratspn``); ``DenseCircuit`` gives the tensorized one, for data of one kind
+such as images (the learner ``pd`` with ``structure="binary-trees"``). A leaf region holds
 ``n_inputs`` factorised input distributions (products of one leaf per variable, initialised
 from random subsets of the rows); a split of a region into two gives all pairwise products of
 the two halves' nodes; an inner region mixes those products with ``n_sums`` sum nodes; the
@@ -67,20 +69,20 @@ def region(c: Circuit, X: np.ndarray, graph: RegionGraph, children: dict, r: int
     return [c.sum(products, rng.dirichlet(np.ones(len(products)))) for _ in range(n_sums)]
 
 
-def rat_spn(schema: Schema, X: np.ndarray, depth: int = 2, repetitions: int = 4, n_sums: int = 4,
-            n_inputs: int = 4, leaf: str = "gaussian", seed: int = 0, floors: np.ndarray | None = None,
-            min_rows: int = 1) -> Circuit:
-    """The RAT-SPN structure with initial parameters (train it with ``em``); a continuous
-    leaf's std is at least ``floors[variable]`` (default ``std_floors(X)``); ``min_rows``: the
-    inputs' floor (module doc)."""
-    for name, value in (("depth", depth), ("repetitions", repetitions), ("n_sums", n_sums),
-                        ("n_inputs", n_inputs)):
+def region_circuit(schema: Schema, X: np.ndarray, graph: RegionGraph, n_sums: int = 4, n_inputs: int = 4,
+                   leaf: str = "gaussian", seed: int = 0, floors: np.ndarray | None = None,
+                   min_rows: int = 1) -> Circuit:
+    """The node circuit of region graph ``graph`` over ``schema``'s variables, with initial
+    parameters (train it with ``em``); a continuous leaf's std is at least ``floors[variable]``
+    (default ``std_floors(X)``); ``min_rows``: the inputs' floor (module doc)."""
+    for name, value in (("n_sums", n_sums), ("n_inputs", n_inputs)):
         if value < 1:
             raise FedpgmError(f"{name} must be >= 1, got {value}")
     X = np.asarray(X, dtype=float)
     if X.ndim != 2 or X.shape[1] != len(schema) or len(X) == 0:
         raise FedpgmError(f"training data must be (rows > 0, {len(schema)}), got shape {X.shape}")
-    graph = binary_trees(len(schema), depth, repetitions, seed)
+    if graph.n_vars != len(schema):
+        raise FedpgmError(f"the region graph covers {graph.n_vars} variables; the schema has {len(schema)}")
     children: dict[int, list[tuple[int, int]]] = {}
     for parent, a, b in graph.partitions:
         children.setdefault(parent, []).append((a, b))
@@ -92,3 +94,14 @@ def rat_spn(schema: Schema, X: np.ndarray, depth: int = 2, repetitions: int = 4,
         c.sum(tops, rng.dirichlet(np.ones(len(tops))))
     c.validate()
     return c
+
+
+def rat_spn(schema: Schema, X: np.ndarray, depth: int = 2, repetitions: int = 4, n_sums: int = 4,
+            n_inputs: int = 4, leaf: str = "gaussian", seed: int = 0, floors: np.ndarray | None = None,
+            min_rows: int = 1) -> Circuit:
+    """The RAT-SPN structure with initial parameters: ``region_circuit`` of ``binary_trees``."""
+    for name, value in (("depth", depth), ("repetitions", repetitions)):
+        if value < 1:
+            raise FedpgmError(f"{name} must be >= 1, got {value}")
+    graph = binary_trees(len(schema), depth, repetitions, seed)
+    return region_circuit(schema, X, graph, n_sums, n_inputs, leaf, seed, floors, min_rows)
