@@ -8,14 +8,14 @@ log-sum-exp for sums), batched over rows: no Python loop over nodes or rows.
 
 Passes:
 
-- ``forward(x, mode)`` -> (nodes, rows): ``"sum"`` gives log-likelihoods (NaN inputs marginalised exactly);
-  ``"max"`` gives max-product values (NaN inputs maximised).
+- ``forward(x, mode)`` -> (nodes, rows): ``Semiring.SUM`` gives log-likelihoods (NaN inputs
+  marginalised exactly); ``MAX`` gives max-product values (NaN inputs maximised).
 - ``fused_root(x, mode)`` -> (rows,): the root's values alone, the linear part by one matmul into
   a compact table of the few nodes left (``fusion``); what likelihood queries use.
 - ``flows(values)``: top-down posterior probability that each node is used for each row, and
   each sum edge's use summed over the rows (the expected counts of EM).
-- ``select(values, how)``: one child per sum per row, top-down (``"max"`` for MPE,
-  ``"sample"`` draws proportionally to weight x child value: exact conditional sampling).
+- ``select(values, how)``: one child per sum per row, top-down (``Semiring.MAX`` for MPE;
+  ``SUM`` draws proportionally to weight x child value: exact conditional sampling).
 """
 
 from __future__ import annotations
