@@ -133,8 +133,9 @@ class Circuit:
                     kind.check(node.params)
                 except (ValueError, KeyError) as e:
                     raise FedpgmError(f"{where} on '{feat.name}': invalid parameters ({e})") from None
-                if node.dist == "categorical" and len(node.params["probs"]) != feat.cardinality:
-                    raise FedpgmError(f"{where} on '{feat.name}' has {len(node.params['probs'])} "
+                states = len(kind.probabilities(node.params)) if "continuous" not in kind.kinds else None
+                if states is not None and states != feat.cardinality:
+                    raise FedpgmError(f"{where} on '{feat.name}' has {states} "
                                       f"states; the variable has {feat.cardinality}")
                 continue
             if not node.children:
