@@ -138,10 +138,7 @@ class FederatedCM(FederatedEstimator):
         initial = [c for c in ids if c not in late]
         cards = {f.name: f.cardinality for f in schema.features if not f.name.startswith(X_PREFIX)}
         val = (np.array(validation[inputs], dtype=np.float32), np.array(validation[task], dtype=np.int64))
-        s = self.round_settings()
-        if self.secure_aggregation and self.backend == "inprocess":
-            raise FedpgmError("secure_aggregation runs on the Flower backend only (SecAgg+ needs separate "
-                              "parties holding their own keys); use backend='flower'")
+        s = self.round_settings().check(self.backend)
         from fedpgm.concepts.experiment import run_federated
 
         out = run_federated(partition.clients, initial, list(late), cards, task, len(inputs), val, s, self.timeout,

@@ -42,12 +42,10 @@ from fedpgm.concepts.federation import (GRAPH, X_PREFIX, RoundSettings, run_roun
 from fedpgm.concepts.graphs import (aggregate, client_subgraphs, diff_pairs, from_edge_list, learn_graph, perturb,
                                    to_edge_list)
 from fedpgm.concepts.models import ConceptModel, load_model, save_model
-from fedpgm.concepts.privacy import DP_SCOPES
 from fedpgm.concepts.train import TrainSettings, depths, evaluate
 from fedpgm.data.partition import ClientData, Partition
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
-from fedpgm.federation.apps import check_backend
 from fedpgm.federation.base import DEFAULT_TIMEOUT_S
 from fedpgm.federation.lifecycle import private_tempdir
 from fedpgm.federation.privacy import PrivacyAudit
@@ -75,25 +73,11 @@ class FCMSettings:
     def check(self) -> "FCMSettings":
         """``self`` when every setting holds, else a one-line ``FedpgmError``; run before any data
         is drawn or read and before any worker starts."""
-        r = self.rounds
-        if r.regime not in ("centralized", "local", "static", "fcm", "reinit"):
-            raise FedpgmError(f"unknown regime '{r.regime}'; use centralized, local, static, fcm or reinit")
-        if check_backend(self.backend) != "inprocess" and r.regime not in ("static", "fcm", "reinit"):
-            raise FedpgmError(f"the {r.regime} regime trains in one place; --backend {self.backend} is for static, "
-                              "fcm, reinit")
-        if r.dp_scope not in DP_SCOPES:
-            raise FedpgmError(f"unknown DP scope '{r.dp_scope}'; use one of {DP_SCOPES}")
-        if not r.train.lr > 0:
-            raise FedpgmError(f"--lr {r.train.lr}: the learning rate must be positive (e.g. 1e-3)")
+        self.rounds.check(self.backend)
         if self.centralized_graph not in CENTRALIZED_GRAPHS:
             raise FedpgmError(f"centralized_graph must be one of {CENTRALIZED_GRAPHS}, got '{self.centralized_graph}'")
-        if r.per_round > self.clients:
-            raise FedpgmError(f"--per-round {r.per_round} exceeds --clients {self.clients}; lower it")
-        if r.secure_aggregation and self.backend == "inprocess":
-            raise FedpgmError("--secure-aggregation runs on the Flower backend only (SecAgg+ needs separate "
-                              "parties holding their own keys); add --backend flower")
-        if r.secure_aggregation and r.per_round < 2:
-            raise FedpgmError("--secure-aggregation needs at least 2 clients per round (3 to survive a dropout)")
+        if self.rounds.per_round > self.clients:
+            raise FedpgmError(f"--per-round {self.rounds.per_round} exceeds --clients {self.clients}; lower it")
         return self
 
 

@@ -35,11 +35,12 @@ import torch
 
 from fedpgm.concepts.graphs import aggregate, confidence_from_doc, from_edge_list
 from fedpgm.concepts.models import SPEC, ConceptModel, arrays, load_arrays, module_of
-from fedpgm.concepts.privacy import ClientDP, DPSettings
+from fedpgm.concepts.privacy import DP_SCOPES, ClientDP, DPSettings
 from fedpgm.concepts.train import TrainSettings, average, local_train, task_loss
 from fedpgm.early_stopping import EarlyStopping
 from fedpgm.data.policy import PolicyRefusal
 from fedpgm.errors import FedpgmError
+from fedpgm.federation.apps import check_backend
 from fedpgm.federation.codec import Message
 from fedpgm.federation.contract import NOTHING, Array, Contract, Fields, Float, Int, Maybe
 from fedpgm.federation.handlers import ClientContext, HandlerSet
@@ -47,6 +48,7 @@ from fedpgm.federation.shares import SECURE, own_fraction, secure_weighted_mean,
 
 HANDLERS = HandlerSet("concepts")
 REGIMES = ("centralized", "local", "static", "fcm", "reinit")
+FEDERATED_REGIMES = ("static", "fcm", "reinit")  # those that train across the clients (any backend)
 X_PREFIX = "input:"  # input-code columns: input:0, input:1, ...
 
 
@@ -147,6 +149,25 @@ class RoundSettings:
     secure_aggregation: bool = False  # module averages by SecAgg+ (Flower backend; fedpgm.federation.secagg)
     graph_rounds: str = "join"  # "round": the paper's per-round aggregation over the sampled clients
     graph_votes: str = "adjacency"  # "confidence": votes weighted by the clients' S^(k)
+
+    def check(self, backend: str) -> "RoundSettings":
+        """``self`` when its rules hold on ``backend``, else a one-line ``FedpgmError``: the one
+        place they are stated (``concepts fit``'s settings and ``FederatedCM`` both ask it)."""
+        if self.regime not in REGIMES:
+            raise FedpgmError(f"unknown regime '{self.regime}'; use one of {', '.join(REGIMES)}")
+        if check_backend(backend) != "inprocess" and self.regime not in FEDERATED_REGIMES:
+            raise FedpgmError(f"the {self.regime} regime trains in one place; the {backend} backend is for "
+                              f"{', '.join(FEDERATED_REGIMES)}")
+        if self.dp_scope not in DP_SCOPES:
+            raise FedpgmError(f"unknown DP scope '{self.dp_scope}'; use one of {DP_SCOPES}")
+        if not self.train.lr > 0:
+            raise FedpgmError(f"--lr {self.train.lr}: the learning rate must be positive (e.g. 1e-3)")
+        if self.secure_aggregation and backend == "inprocess":
+            raise FedpgmError("secure aggregation runs on the Flower backend only (SecAgg+ needs separate parties "
+                              "holding their own keys); use the flower backend (--backend flower)")
+        if self.secure_aggregation and self.per_round < 2:
+            raise FedpgmError("secure aggregation needs at least 2 clients per round (3 to survive a dropout)")
+        return self
 
 
 def changed_fraction(before: dict[str, torch.Tensor], model: ConceptModel) -> float:
