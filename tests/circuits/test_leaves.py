@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from fedpgm.circuits.leaves import Histogram, histogram_edges
 
@@ -58,3 +59,20 @@ def test_a_continuous_leaf_has_no_state_probabilities():
     probs = np.array([0.2, 0.3, 0.5])
     np.testing.assert_allclose(leaf_type("categorical").probabilities(leaf_type("categorical").from_probabilities(probs)),
                                probs)
+
+
+def test_each_linear_type_states_its_linear_form_and_the_others_have_none():
+    from fedpgm.circuits.leaves import LEAF_TYPES, LINEAR_LEAVES
+
+    gaussian = {"mean": np.array(1.5), "std": np.array(0.4)}
+    terms, log_mode = LEAF_TYPES["gaussian"].linear_form(gaussian, center=2.0, scale=3.0)
+    x = np.array([-1.0, 1.5, 4.0])
+    z = (x - 2.0) / 3.0
+    want = -0.5 * ((x - 1.5) / 0.4) ** 2 - np.log(0.4) - 0.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose(terms["sq"] * z * z + terms["lin"] * z + terms["obs"], want, rtol=1e-12)
+    assert log_mode == pytest.approx(want[1]) and LEAF_TYPES["gaussian"].location(gaussian) == (1.5, 0.4)
+    terms, log_mode = LEAF_TYPES["categorical"].linear_form({"probs": np.array([0.2, 0.0, 0.8])})
+    assert terms[0] == pytest.approx(np.log(0.2)) and terms[1] == -1e30 and log_mode == pytest.approx(np.log(0.8))
+    assert LEAF_TYPES["bernoulli"].linear_form({"p": np.array(0.3)})[0] == pytest.approx({0: np.log(0.7), 1: np.log(0.3)})
+    assert sorted(LINEAR_LEAVES) == ["bernoulli", "categorical", "gaussian"]
+    assert LEAF_TYPES["histogram"].location({}) is None and LEAF_TYPES["categorical"].location({}) is None

@@ -29,11 +29,10 @@ import warnings
 import numpy as np
 import torch
 
-from fedpgm.circuits.leaves import CONTINUOUS_LEAVES, LINEAR_LEAVES, LOG_2PI, leaf_type
+from fedpgm.circuits.leaves import LINEAR_LEAVES, leaf_type
 from fedpgm.circuits.semiring import Semiring
 from fedpgm.circuits.nodes import Leaf, Product, Sum
 
-LOG_ZERO = -1e30  # finite stand-in for log 0 (0 x -inf would be NaN in a matmul)
 DENSE_LIMIT = 0.05  # use a dense coefficient matrix above this fill ratio
 MAX_TERMS = 64  # a sum stays a layer (is not flattened) above this many terms
 GEMM_ROWS = 4  # the matmul's rows are padded to a multiple of this: float64 (7, 60) @ (60, 4096)
@@ -128,27 +127,19 @@ class LinearFrontier:
         """Per continuous variable, a centre and scale from its leaves (keeps z moderate)."""
         means: dict[int, list] = {}
         for i, n in enumerate(nodes):
-            if linear[i] and isinstance(n, Leaf) and n.dist in CONTINUOUS_LEAVES:
-                means.setdefault(n.var, []).append((float(n.params["mean"]), float(n.params["std"])))
+            if linear[i] and isinstance(n, Leaf) and (where := leaf_type(n.dist).location(n.params)) is not None:
+                means.setdefault(n.var, []).append(where)
         center = {v: float(np.mean([m for m, _ in ms])) for v, ms in means.items()}
         scale = {v: float(max(np.std([m for m, _ in ms]), max(s for _, s in ms))) for v, ms in means.items()}
         return center, scale
 
     def leaf_coefficients(self, leaf: Leaf, mode: Semiring) -> dict[tuple[str, int], float]:
-        if leaf.dist in CONTINUOUS_LEAVES:  # (a Gaussian: the continuous type that is linear)
-            mu, sd = float(leaf.params["mean"]), float(leaf.params["std"])
-            c, s = self.center[leaf.var], self.scale[leaf.var]
-            r, d = s / sd, (c - mu) / sd  # (x - mu) / sd = r z + d
-            log_norm = -math.log(sd) - 0.5 * LOG_2PI
-            out = {self.slot[(leaf.var, "sq")]: -0.5 * r * r, self.slot[(leaf.var, "lin")]: -r * d,
-                   self.slot[(leaf.var, "obs")]: -0.5 * d * d + log_norm}
-            out[self.slot[(leaf.var, "miss")]] = log_norm if mode is Semiring.MAX else 0.0
-            return out
-        probs = leaf_type(leaf.dist).probabilities(leaf.params)
-        with np.errstate(divide="ignore"):
-            logp = np.maximum(np.log(probs), LOG_ZERO)
-        out = {self.slot[(leaf.var, s)]: float(lp) for s, lp in enumerate(logp)}
-        out[self.slot[(leaf.var, "miss")]] = float(logp.max()) if mode is Semiring.MAX else 0.0
+        """The leaf's coefficients by feature column: its type's ``linear_form``, and what a
+        missing value gives (``Semiring.unobserved``: 0, or the log-value at its mode)."""
+        terms, log_mode = leaf_type(leaf.dist).linear_form(leaf.params, self.center.get(leaf.var, 0.0),
+                                                           self.scale.get(leaf.var, 1.0))
+        out = {self.slot[(leaf.var, k)]: v for k, v in terms.items()}
+        out[self.slot[(leaf.var, "miss")]] = log_mode if mode is Semiring.MAX else 0.0
         return out
 
     def coefficients(self, nodes, terms: list[tuple[int, ...]],

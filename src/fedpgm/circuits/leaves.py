@@ -35,6 +35,7 @@ from fedpgm.circuits.weighted import MIN_STD, mean_std_from, moments, observed, 
 from fedpgm.errors import FedpgmError
 
 LOG_2PI = math.log(2 * math.pi)
+LOG_ZERO = -1e30  # finite stand-in for log 0 in a linear form (0 x -inf would be NaN in a matmul)
 ALPHA = 0.1  # Laplace smoothing (pseudo-count per state or bin)
 HIST_EPS = 1e-3
 HIST_MAX_BINS = 64
@@ -123,6 +124,23 @@ class LeafType(ABC):
         raise FedpgmError(f"a {cls.name} leaf is a density over a continuous variable; it has no state probabilities")
 
     @classmethod
+    def linear_form(cls, params: dict[str, np.ndarray], center: float = 0.0,
+                    scale: float = 1.0) -> tuple[dict[str | int, float], float]:
+        """A ``linear`` type's log-density as coefficients of its variable's features in
+        ``fedpgm.circuits.fused`` (a discrete type: one per state, the log of its probability,
+        at least ``LOG_ZERO``; a continuous one: "sq", "lin" and "obs" in z = (x - center) / scale),
+        and its log-value at its mode. Discrete types have it from ``probabilities``."""
+        with np.errstate(divide="ignore"):
+            logp = np.maximum(np.log(cls.probabilities(params)), LOG_ZERO)
+        return {s: float(lp) for s, lp in enumerate(logp)}, float(logp.max())
+
+    @classmethod
+    def location(cls, params: dict[str, np.ndarray]) -> tuple[float, float] | None:
+        """A continuous linear type's (centre, spread), from which ``fedpgm.circuits.fused``
+        standardises its variable; None for the others."""
+        return None
+
+    @classmethod
     def from_probabilities(cls, probs: np.ndarray) -> dict[str, np.ndarray]:
         """A discrete type's parameters for the probability of each state ``probs`` (states,)."""
         raise FedpgmError(f"a {cls.name} leaf is a density over a continuous variable; it takes no state "
@@ -187,6 +205,17 @@ class Gaussian(LeafType):
     def sample(p, rows, gen):
         z = torch.randn(rows, len(p["mean"]), generator=gen, dtype=torch.float64)
         return p["mean"] + p["std"] * z
+
+    @classmethod
+    def linear_form(cls, params, center=0.0, scale=1.0):
+        mu, sd = float(params["mean"]), float(params["std"])
+        r, d = scale / sd, (center - mu) / sd  # (x - mu) / sd = r z + d
+        log_norm = -math.log(sd) - 0.5 * LOG_2PI
+        return {"sq": -0.5 * r * r, "lin": -r * d, "obs": -0.5 * d * d + log_norm}, log_norm
+
+    @classmethod
+    def location(cls, params):
+        return float(params["mean"]), float(params["std"])
 
     @staticmethod
     def check(params):
