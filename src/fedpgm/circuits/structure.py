@@ -190,10 +190,12 @@ def var_map_into(schema: Schema, part: Circuit) -> dict[int, int]:
     return out
 
 
-def combine(parts: Sequence[Circuit], schema: Schema | None, how: str,
+def combine(parts: Sequence[Circuit], schema: Schema | None, root: Literal["sum", "product"],
             weights: Sequence[float] | None = None) -> Circuit:
+    """One circuit whose ``root`` node (a sum: a mixture with ``weights``; a product) joins copies
+    of ``parts`` over ``schema`` (default: the parts' variables in order of appearance)."""
     if not parts:
-        raise FedpgmError(f"a {how} needs at least one circuit")
+        raise FedpgmError(f"a {root} needs at least one circuit")
     if schema is None:
         feats, seen = [], set()
         for p in parts:
@@ -205,7 +207,7 @@ def combine(parts: Sequence[Circuit], schema: Schema | None, how: str,
         schema = Schema(tuple(feats), labels.pop() if len(labels) == 1 else None)
     out = Circuit(schema)
     roots = [copy_into(out, p, var_map_into(schema, p)) for p in parts]
-    if how == "sum":
+    if root == "sum":
         w = np.asarray(weights if weights is not None else np.ones(len(parts)), dtype=float)
         if len(w) != len(parts) or (w < 0).any() or w.sum() <= 0:
             raise FedpgmError("mixture weights must be one non-negative number per circuit")
