@@ -256,3 +256,34 @@ def test_by_label_makes_the_root_a_mixture_over_the_classes():
         assert head.var == y and head.params["p"] == pytest.approx(k, abs=0.01)
     truth = np.asarray(ds.schema[ds.schema.label].categories, dtype=object)[ds.labels("test")]
     assert (model.predict(ds.test) == truth).mean() > 0.92
+
+
+def test_a_whole_batch_em_pass_stops_at_its_deadline_between_chunks_and_changes_nothing(mixed, monkeypatch):
+    """Each of the E-step's 8 chunks takes 0.3 s more: a pass that would end 2.4 s in stops before
+    a chunk that would cross a 1 s deadline, leaves the circuit as it was and is not in the history."""
+    import copy
+    import time
+
+    from fedpgm.circuits import em as em_module
+    from fedpgm.circuits.compiled import CompiledCircuit
+
+    X = mixed.train[mixed.schema.names].to_numpy()
+    c = rat_spn(mixed.schema, X, depth=2, repetitions=2, n_sums=2, n_inputs=2, seed=2)
+    before = copy.deepcopy(c)
+    honest, chunks = CompiledCircuit.flows, []
+
+    def slow(self, values):
+        chunks.append(values.shape[1])
+        time.sleep(0.3)
+        return honest(self, values)
+
+    monkeypatch.setattr(CompiledCircuit, "flows", slow)
+    t0 = time.perf_counter()
+    history = em_module.em(c, X, iterations=3, deadline=t0 + 1.0)
+    took = time.perf_counter() - t0
+    assert history == [] and 1 <= len(chunks) <= 3 and sum(chunks) < len(X)
+    assert took < 1.0 + 0.3, took  # (at most one chunk's time past the deadline)
+    test = mixed.test[mixed.schema.names].to_numpy()
+    np.testing.assert_array_equal(c.log_likelihood(test), before.log_likelihood(test))
+    chunks.clear()
+    assert len(em_module.em(c, X, iterations=1)) == 1 and sum(chunks) == len(X)  # no deadline: to its end

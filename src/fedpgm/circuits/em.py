@@ -42,15 +42,23 @@ from fedpgm.errors import FedpgmError
 
 SMOOTH = 1e-6
 MAX_CELLS = 20_000_000  # node values per chunk of rows
+DEADLINE_CHUNKS = 8  # with a deadline, an E-step takes its rows in at least this many chunks
 E_STEP_DTYPE = torch.float32
 
 
-def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray,
-                        weigh: bool = False) -> tuple[dict, float]:
+class PastDeadline(Exception):
+    """An E-step stopped at its deadline before its next chunk (``expected_statistics``)."""
+
+
+def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, weigh: bool = False,
+                        deadline: float | None = None) -> tuple[dict, float]:
     """{("edge", layer) or ("leaf", node): statistics} summed over rows (float64), and the total LL.
     Chunks of rows are summed as one array per sum layer and per leaf group, split per leaf once.
     ``weigh``: also {("mass" or "top", "sum" or "leaf", layer or group): (nodes,)} each node's
-    weight sum and largest weight of a row (for the floor)."""
+    weight sum and largest weight of a row (for the floor). ``deadline`` (a ``time.perf_counter()``
+    time): the rows go in at least ``DEADLINE_CHUNKS`` chunks, and no chunk predicted to end after
+    it (as long as the slowest chunk yet) starts: ``PastDeadline`` instead, so a whole-batch pass
+    stops within about an eighth of its time of its deadline."""
     edges: dict[int, np.ndarray] = {}
     groups: list[np.ndarray | None] = [None] * len(cc.groups)
     params = [[circuit.nodes[node_id].params for node_id in g.nodes] for g in cc.groups]  # type: ignore[union-attr]
@@ -58,7 +66,13 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray,
     mass: dict = {}
     total = 0.0
     step = max(1, MAX_CELLS // max(cc.n_nodes + sum(len(l.child) for l in cc.layers), 1))
+    if deadline is not None:
+        step = min(step, max(1, -(-len(X) // DEADLINE_CHUNKS)))
+    slowest = 0.0
     for lo in range(0, len(X), step):
+        began = time.perf_counter()
+        if deadline is not None and began + slowest > deadline:
+            raise PastDeadline(f"the E-step reached its deadline after {lo} of {len(X)} rows")
         rows = X[lo: lo + step]
         values = cc.forward(cc.tensor(rows))
         flow, edge_counts = cc.flows(values)
@@ -77,6 +91,7 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray,
             if weigh:
                 w = np.where(np.isnan(rows[:, columns[i]].T), 0.0, w)
                 add_mass(mass, ("leaf", i), w.sum(1), w.max(1))
+        slowest = max(slowest, time.perf_counter() - began)
     stats: dict = {("edge", k): v for k, v in edges.items()}
     for g, summed in zip(cc.groups, groups):
         if summed is not None:  # (None: no rows)
@@ -159,8 +174,9 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
 
     ``batch_size=None``: batch EM. Otherwise stepwise EM over shuffled mini-batches.
     ``deadline`` (a ``time.perf_counter()`` time): no pass, and no mini-batch predicted to end
-    after it (as long as the slowest batch yet), starts; a pass cut short is left out of the
-    history (the circuit holds its batches' updates so far).
+    after it (as long as the slowest batch yet), starts, and a whole-batch pass stops at it
+    between chunks of its E-step (``expected_statistics``); a pass cut short is left out of the
+    history (the circuit holds its batches' updates so far; a whole-batch pass changes nothing).
     """
     if iterations < 1:
         raise FedpgmError(f"iterations must be >= 1, got {iterations}")
@@ -188,7 +204,10 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
         if late():
             break
         if batch_size is None:
-            stats, total = expected_statistics(circuit, cc, X, min_rows > 1)
+            try:
+                stats, total = expected_statistics(circuit, cc, X, min_rows > 1, deadline)
+            except PastDeadline:
+                break
             update(stats)
         else:
             total = 0.0
