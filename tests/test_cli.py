@@ -217,7 +217,7 @@ def test_enumerated_options_list_their_values_and_refuse_others(cli):
     from fedpgm.ngm.graph import GRAPH_METHODS
     from fedpgm.ngm.model import MODES
 
-    assert CHOICES == {"split": SPLITS, "scheme": HORIZONTAL_SCHEMES, "backend": BACKENDS, "glue": GLUES,
+    assert CHOICES == {"split": SPLITS, "scheme": HORIZONTAL_SCHEMES, "backend": BACKENDS, "glue": ("auto", *GLUES),
                        "placement": PLACEMENTS, "align": ALIGNMENTS, "tree_root": COMBINES, "ensemble": ENSEMBLES,
                        "leaf": CONTINUOUS_LEAVES, "leaf_model": LEAF_MODELS, "missing": MISSING_POLICIES, "graph": GRAPH_METHODS,
                        "ngm_mode": MODES, "model": KINDS, "regime": REGIMES, "dp_scope": DP_SCOPES,

@@ -29,7 +29,7 @@ CHOICES = {
     "split": ("horizontal", "vertical", "hybrid"),  # fedpgm.data.partition.SPLITS
     "scheme": ("iid", "label-skew", "dirichlet"),  # fedpgm.data.partition.HORIZONTAL_SCHEMES
     "backend": ("inprocess", "flower", "simulation"),  # fedpgm.federation.apps.BACKENDS
-    "glue": ("random", "combinatorial", "aligned"),  # fedpgm.fedpc.plan.GLUES
+    "glue": ("auto", "random", "combinatorial", "aligned"),  # "auto" and fedpgm.fedpc.plan.GLUES
     "placement": ("server", "split"),  # fedpgm.fedpc.server.PLACEMENTS
     "align": ("none", "psi"),  # fedpgm.federation.psi.ALIGNMENTS
     "tree_root": ("auto", "mean", "product"),  # fedpgm.fedpc.trees.COMBINES

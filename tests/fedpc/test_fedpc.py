@@ -184,7 +184,7 @@ def test_save_and_load_round_trip(mixed, tmp_path):
     model.save(tmp_path / "m")
     back = FedPC.load(tmp_path / "m")
     np.testing.assert_allclose(back.log_likelihood(mixed.test), model.log_likelihood(mixed.test))
-    assert back.plan == model.plan and back.info["glue"] == "random"
+    assert back.plan == model.plan and back.info["glue"] == "aligned"
     (tmp_path / "m" / "fedpc.json").write_text("{")
     with pytest.raises(FedpgmError, match="not valid JSON"):
         FedPC.load(tmp_path / "m")
@@ -284,7 +284,8 @@ def test_a_client_merges_clusters_below_its_floor_and_refuses_families_it_does_n
     part.clients[0].policy = ClientPolicy(min_rows=150)
     with InProcessFederation(part, HANDLERS, mode="sequential") as fed:
         model = fit_fedpc(fed, clusters=6, seed=0)
-    sizes = {c: [x["n"] for x in model.plan.components if x["client"] == c] for c in ("client-0", "client-1")}
+    sizes = {c: [x["n"] for x in model.plan.components if x["client"] == c and x["key"].startswith("cluster")]
+             for c in ("client-0", "client-1")}
     assert len(sizes["client-1"]) == 6 and len(sizes["client-0"]) < 6 and min(sizes["client-0"]) >= 150
     assert any("clusters lowered from 6 to" in n for n in model.info["client_policy"]["client-0"])
     model.circuit.validate()

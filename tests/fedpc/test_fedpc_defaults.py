@@ -7,9 +7,10 @@ import pytest
 from fedpgm.circuits.estimator import LearnSPN
 from fedpgm.circuits.structure import Sum
 from fedpgm.data import load_dataset, partition
+from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation import InProcessFederation, PrivacyAudit
 from fedpgm.fedpc import FedPC, defaults, fit_fedpc
-from fedpgm.fedpc.plan import glue
+from fedpgm.fedpc.plan import glue, product_weight
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 
@@ -49,24 +50,46 @@ def test_a_small_client_learns_structure_under_the_auto_slice_minimum():
 
 def test_the_default_gluing_is_never_below_the_product_of_the_clients():
     """Asia, vertical x2: random gluing of 2 clusters (the paper's) pairs clusters blind to the rows
-    and falls far below the plain product of the client circuits (K = 1); the defaults (random:
-    that product; aligned: 4 clusters weighted by their co-occurrence, smoothed) do not."""
+    and falls far below the plain product of the client circuits (random, K = 1); the default
+    (auto: aligned, 32 clusters weighted by their co-occurrence, mixed with that product) does not,
+    and a client that takes no part in aligned gluing makes auto the product."""
     ds = load_dataset("bn:asia", rows=3000, seed=0)
     part = partition(ds, "vertical", 2, seed=0)
-    product = run(part, clusters=1).score(ds.test)
-    assert run(part, clusters=2).score(ds.test) < product - 1.0
-    assert run(part).score(ds.test) == pytest.approx(product, abs=1e-12)
-    aligned = run(part, glue_how="aligned")
-    assert len(aligned.plan.products) > 1 and aligned.info["smoothing"] == defaults.SMOOTHING
-    assert aligned.score(ds.test) > product + 0.05
+    product = run(part, glue_how="random").score(ds.test)
+    assert run(part, glue_how="random", clusters=2).score(ds.test) < product - 1.0
+    auto = run(part)
+    assert (auto.info["glue"], auto.info["glue_requested"], auto.info["clusters"]) == ("aligned", "auto", 32)
+    assert len(auto.plan.products) > 1 and 0.0 <= auto.info["product_weight"] < 1.0
+    assert auto.score(ds.test) > product + 0.05
+    part.clients[1].policy = ClientPolicy(memberships=False)
+    fallback = run(part)
+    assert fallback.info["glue"] == "random" and fallback.score(ds.test) == pytest.approx(product, abs=1e-12)
 
 
-def test_aligned_gluing_smooths_the_counts_by_a_pseudo_row_per_observed_tuple():
-    """Two single-client subspaces of 2 clusters each, plus (last) each one's mixture of both."""
+def test_aligned_gluing_mixes_the_counts_with_the_plain_product():
+    """Two single-client subspaces of 2 clusters each, plus (last) each client's circuit of all its
+    rows: the product's weight w, the counts share 1 - w."""
     sizes = [[30, 10, 40], [25, 15, 40]]
     counts = {(0, 0): 30, (1, 1): 8, (1, 0): 2}
-    chosen, weights = glue(sizes, "aligned", None, np.random.default_rng(0), counts, smoothing=1.0)
+    chosen, weights = glue(sizes, "aligned", None, np.random.default_rng(0), counts, product=0.25)
     assert chosen == [[0, 0], [1, 0], [1, 1], [2, 2]]
-    np.testing.assert_allclose(weights, np.array([30, 2, 8, 3]) / 43)
-    chosen, weights = glue(sizes, "aligned", None, np.random.default_rng(0), counts, smoothing=0.0)
+    np.testing.assert_allclose(weights, [0.75 * 0.75, 0.75 * 0.05, 0.75 * 0.2, 0.25])
+    chosen, weights = glue(sizes, "aligned", None, np.random.default_rng(0), counts, product=0.0)
     assert chosen == [[0, 0], [1, 0], [1, 1]] and weights == pytest.approx([0.75, 0.05, 0.2])
+    assert glue(sizes, "aligned", None, np.random.default_rng(0), counts, product=1.0) == ([[2, 2]], [1.0])
+
+
+def test_the_products_weight_follows_the_held_out_dependence_of_the_clusters():
+    """Independent cluster indices: the product alone (w near 1); one client's index a copy of the
+    other's: the joint (w 0); half copies, 16 clusters on 400 rows (a joint spread thin): in
+    between (0.35-0.4 over seeds 0-4)."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 4, 2000)
+    independent = np.stack([a, rng.integers(0, 4, 2000)], axis=1)
+    copied = np.stack([a, a], axis=1)
+    b = rng.integers(0, 16, 400)
+    half = np.stack([b, np.where(rng.random(400) < 0.5, b, rng.integers(0, 16, 400))], axis=1)
+    assert product_weight(independent) >= 0.9
+    assert product_weight(copied) == 0.0
+    assert 0.2 <= product_weight(half) <= 0.6
+    assert product_weight(copied[:3]) == 1.0  # fewer rows than folds

@@ -5,6 +5,7 @@ doing and not a broken handler."""
 
 import numpy as np
 import pytest
+from scipy.stats import chisquare
 
 from fedpgm.data import load_dataset, partition
 from fedpgm.data.partition import ClientData, Partition
@@ -98,6 +99,69 @@ def test_memberships_are_keyed_by_a_secret_the_coordinator_never_sees(cancer):
     guesses = {int.from_bytes(hashlib.blake2b(f"{salt}{i}".encode(), digest_size=8).digest(), "little")
                for i in range(100_000) for salt in ("", ":")} | set(range(100_000))
     assert not tokens & guesses  # no brute force over ids without the parties' key
+
+
+def test_cooccurrence_counts_reach_the_coordinator_but_no_partys_cluster_indices(cancer):
+    """Aligned gluing: the coordinator gets each party's row tokens and, per shared row, masked
+    cluster indices in an order only the parties know. Their sum is the true tuple histogram; one
+    party's values are uniform noise; a subset, a foreign row or a second request is refused."""
+    from collections import Counter
+
+    from fedpgm.fedpc.client import LABELS, TOKENS
+    from fedpgm.fedpc.server import cooccurrence
+    from fedpgm.federation.secret import share_secret
+
+    part = partition(cancer, "vertical", 3, seed=0)
+    names = [c.client_id for c in part.clients]
+    with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        refused(fed.send("client-0", "cooccurrence", {"rows": np.arange(50, dtype=np.uint64)},
+                         {"parties": names, "weight": 1}), "client-0", "fit with memberships first")
+        share_secret(fed, names)
+        per = {c.client_id: ({}, {"shared": [], "own": c.schema.names, "clusters": 3, "learner": "learnspn",
+                                  "params": {"min_instances_slice": 50}, "send": True, "memberships": True})
+               for c in part.clients}
+        fits = fed.broadcast("fit", clients=names, per_client=per).require_all()
+        assert not any(k.startswith("memberships/cluster") for m in fits.values() for k in m.arrays)
+        state = {c: fed.contexts[c].state for c in names}
+        tokens = state["client-0"][TOKENS]
+        truth = Counter(zip(*(state[c][LABELS].tolist() for c in names)))  # (same rows, token order at each)
+        spaces = [(c.schema.names, [c.client_id]) for c in part.clients]
+        wire = {}
+        real = fed.broadcast
+
+        def recording(name, *args, **kwargs):
+            out = real(name, *args, **kwargs)
+            wire.update({c: m.arrays["masked"] for c, m in out.messages.items()} if name == "cooccurrence" else {})
+            return out
+
+        fed.broadcast = recording
+        counts = Counter(map(tuple, cooccurrence(fed, fits, spaces).tolist()))
+        fed.broadcast = real
+        rows = {"rows": tokens}
+        with InProcessFederation(part, FEDPC, mode="sequential") as fresh:
+            share_secret(fresh, names)
+            fresh.broadcast("fit", clients=names, per_client=per).require_all()
+            own = fresh.contexts["client-0"].state[TOKENS]
+            attacks = {"a subset": (own[:5], names, "min_rows is 10"),
+                       "a foreign row": (np.append(own[:20], np.uint64(12345)), names, "names others"),
+                       "a repeated row": (np.append(own[:20], own[:1]), names, "repeats one"),
+                       "not a party": (own, names[1:], "not among the parties")}
+            for what, (asked, parties, words) in attacks.items():
+                refused(fresh.send("client-0", "cooccurrence", {"rows": asked}, {"parties": parties, "weight": 1}),
+                        "client-0", words)
+        again = fed.send("client-0", "cooccurrence", rows, {"parties": names, "weight": 1})
+    refused(again, "client-0", "once per run")
+    assert counts == truth
+    assert sum(counts.values()) == len(tokens) and len(truth) > 3
+    first = ((wire["client-0"] + wire["client-1"] + wire["client-2"]) % np.uint64(3)).astype(int)
+    mine = state["client-0"][LABELS].astype(int)  # (token order)
+    chance = float((np.bincount(mine) / len(mine)) @ (np.bincount(first) / len(first)))
+    assert abs((first == mine).mean() - chance) < 0.08  # the sum's order is not the tokens' order
+    for c, radix_weight in zip(names, (1, 3, 9)):
+        # uniform over 0..2**64: the top 4 bits and the value mod 3 (a label's residue) spread evenly
+        for bins in ((wire[c] >> np.uint64(60)).astype(int), (wire[c] % np.uint64(3)).astype(int)):
+            assert chisquare(np.bincount(bins, minlength=bins.max() + 1)).pvalue > 1e-4, c
+        assert not np.isin(wire[c], (np.arange(3) * radix_weight).astype(np.uint64)).any(), c
 
 
 # -- differencing: statistics only over a fixed row set, never a server-chosen subset --------------

@@ -9,6 +9,8 @@ sealed bytes it cannot open and cannot forge. Each party takes part once per run
 in the run's state only. ``row_tokens`` turns row ids into 64-bit keyed hashes (BLAKE2b keyed
 with the secret): equal ids give equal tokens at every party, and without the key the tokens say
 nothing of the ids (a server's brute force over candidate ids needs the key).
+``cancelling_masks`` gives each party per-row masks that sum to zero over the parties, so a sum of
+masked values (FedPC's co-occurrence counts) reaches the coordinator while no one party's values do.
 """
 
 from __future__ import annotations
@@ -80,11 +82,32 @@ def share_secret(fed, parties: list[str]) -> None:
     fed.broadcast("secret_take", clients=others, per_client=per).require_all()
 
 
-def row_tokens(ctx: ClientContext, ids) -> np.ndarray:
-    """(rows,) uint64 keyed hashes of row ``ids`` under the run's shared secret."""
+def keyed_hashes(ctx: ClientContext, texts) -> np.ndarray:
+    """(n,) uint64 keyed hashes (BLAKE2b, 8 bytes) of ``texts`` under the run's shared secret."""
     if SECRET not in ctx.state:
         raise PolicyRefusal(f"client '{ctx.client_id}' matches rows only by a key the parties share, and holds "
                             "none in this run; the server must run share_secret first")
     key = np.asarray(ctx.state[SECRET], np.uint8).tobytes()
-    return np.array([int.from_bytes(hashlib.blake2b(str(i).encode(), key=key, digest_size=8).digest(), "little")
-                     for i in ids], dtype=np.uint64)
+    return np.array([int.from_bytes(hashlib.blake2b(t.encode(), key=key, digest_size=8).digest(), "little")
+                     for t in texts], dtype=np.uint64)
+
+
+def row_tokens(ctx: ClientContext, ids) -> np.ndarray:
+    """(rows,) uint64 keyed hashes of row ``ids`` under the run's shared secret."""
+    return keyed_hashes(ctx, (str(i) for i in ids))
+
+
+def cancelling_masks(ctx: ClientContext, parties: list[str], tokens: np.ndarray) -> np.ndarray:
+    """(rows,) uint64 masks of this party for rows ``tokens``: for each other party b, plus the keyed
+    hash of (this party, b, token) where this party's id sorts first, minus that of (b, this party,
+    token) where b's does (mod 2**64). The masks of all ``parties`` for one token sum to 0, and any
+    one party's masked values are uniform to whoever lacks the key (the coordinator)."""
+    me = ctx.client_id
+    out = np.zeros(len(tokens), dtype=np.uint64)
+    for other in parties:
+        if other == me:
+            continue
+        first, second = sorted((me, other))
+        mask = keyed_hashes(ctx, (f"mask\x00{first}\x00{second}\x00{t}" for t in tokens.tolist()))
+        out = out + mask if me == first else out - mask  # (uint64: wraps mod 2**64)
+    return out

@@ -54,14 +54,18 @@ def fit(
     clients: Annotated[int, typer.Option(help="Number of clients K")],
     clusters: Annotated[Optional[int], typer.Option(
         help="Clusters per single-client subspace (adapts by default: 1, the plain product of the client "
-             "circuits, for random and combinatorial gluing; 4 for aligned; the paper: 2)",
+             "circuits, for random and combinatorial gluing; 32 for aligned; the paper: 2)",
         show_default="auto")] = None,
-    glue: Annotated[str, typer.Option(help="random (Algorithm 1, the paper's), combinatorial (Table 4's runs), or "
-                                           "aligned (shares each row's cluster index, not its data)",
-                                      click_type=one_of("glue"))] = "random",
+    glue: Annotated[str, typer.Option(help="auto (aligned where two or more clients hold columns of their own and "
+                                           "all take part, else random: adapts), random (Algorithm 1, the "
+                                           "paper's), combinatorial (Table 4's runs), or "
+                                           "aligned (the server learns how often the clients' clusters "
+                                           "co-occur on shared rows, from a masked sum; no row's cluster)",
+                                      click_type=one_of("glue"))] = "auto",
     smoothing: Annotated[Optional[float], typer.Option(
         help="aligned gluing: pseudo-rows per observed tuple of cluster indices, pulling their co-occurrence "
-             "toward the product of their marginals (0: the counts alone)", show_default="1", min=0.0)] = None,
+             "toward the plain product of the client circuits (0: the counts alone; auto: the product's "
+             "weight chosen on held-out tuples)", show_default="auto", min=0.0)] = None,
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
     learner: Annotated[str, typer.Option(help="local learner: learnspn, learnspn-cv (each client chooses its "
                                               "LearnSPN settings on 10% of its rows within --budget-s per circuit), "
@@ -132,12 +136,14 @@ def fit(
 ) -> None:
     """Partition DATASET, learn a FedPC in one pass, and report it next to centralized LearnSPN.
 
-    The paper's defaults: random gluing (Algorithm 1), RDC threshold 0.3.
+    The paper's defaults: RDC threshold 0.3 (and random gluing, Algorithm 1).
     Defaults that adapt (auto): the slice minimum, from the rows of each
-    circuit a client learns (their square root, within 10..100); the clusters per
-    subspace (1 for random and combinatorial gluing: no blind pairing across
-    clients; 4 for aligned, smoothed toward independence). A number fixes
-    either (the paper's: --min-instances 100 --clusters 2)."""
+    circuit a client learns (their square root, within 10..100); the gluing
+    (aligned where two or more clients hold columns of their own, from a masked
+    sum of their cluster indices, else random); the clusters per subspace (1 for
+    random and combinatorial gluing: no blind pairing across clients; 32 for
+    aligned, mixed with the plain product of the clients). A value fixes any
+    of them (the paper's: --glue random --min-instances 100 --clusters 2)."""
     from fedpgm.circuits.learners import LEARNERS
     from fedpgm.fedpc.experiment import FitSettings
 
@@ -284,6 +290,6 @@ def demo() -> None:
                       f"{(r['bytes_up'] + r['bytes_down']) / 1000:.1f}")
     console.print(table)
     console.print("rel. time = (slowest client + server) / centralized LearnSPN; CPU seconds, one thread each.\n"
-                  "aligned 8: clients share each row's cluster index (never its data) so the server can weight "
-                  "cluster pairs by how often they co-occur; random 2 is Algorithm 1's gluing (the paper's Table 4 "
-                  "runs used combinatorial).")
+                  "aligned 8: a masked sum tells the server how often the clients' clusters co-occur (no row's "
+                  "cluster, no data), so it can weight cluster pairs by it; random 2 is Algorithm 1's gluing (the "
+                  "paper's Table 4 runs used combinatorial).")

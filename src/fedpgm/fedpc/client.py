@@ -1,14 +1,20 @@
 """FedPC client handlers: describe the columns held, learn the local circuits once, answer queries.
 
-- ``describe``: the schema of the columns held, the number of training rows and a digest of the
-  sorted row ids (so the server can check that a vertical federation's rows align); never rows.
+- ``describe``: the schema of the columns held, the number of training rows, a digest of the
+  sorted row ids (so the server can check that a vertical federation's rows align) and whether
+  the client takes part in aligned gluing (its policy allows it and it has an identity); never rows.
 - ``fit``: one circuit per subspace shared with other clients (on all rows) and, for this
   client's own subspace, its rows clustered by k-means on those columns only and one circuit per
-  cluster. The circuits are kept in the client's work folder; the reply carries them (structure
-  JSON in the config, packed parameters as arrays) only for server placement. With aligned
-  gluing the reply also carries each row's cluster index, keyed by a hash of its row id under a
-  key the parties share and the coordinator does not know (``fedpgm.federation.secret``):
-  memberships, not data.
+  cluster (with ``whole``, one more on all its rows). The circuits are kept in the client's work
+  folder; the reply carries them (structure JSON in the config, packed parameters as arrays)
+  only for server placement. With aligned
+  gluing the reply also carries the set of the client's row tokens (hashes of its row ids under a
+  key the parties share and the coordinator does not know, ``fedpgm.federation.secret``), so the
+  server can find the rows every clustering party holds; no cluster index.
+- ``cooccurrence`` (aligned gluing): for those shared rows, each row's cluster index times a
+  weight plus masks that cancel over the parties, in an order only the parties can derive. The
+  server's sum over the parties is the rows' tuples of cluster indices in an order it cannot link
+  to any row (their histogram: the co-occurrence counts); one party's values alone are uniform.
 - ``loglik``: per-row log-likelihoods of the kept circuits for query rows the server sends
   (only the columns this client holds); split placement evaluates the FedPC this way.
 - ``fit_tree``: FC[DT]'s expert (bagged or boosted decision trees) on this client's columns and
@@ -34,6 +40,7 @@ from fedpgm.circuits.dense_inputs import INPUTS
 from fedpgm.circuits.io import load_circuit, save_payload, to_payload
 from fedpgm.circuits.learners import LEARNERS, learner_spec, log_likelihood_of
 from fedpgm.circuits.leaves import CONTINUOUS_LEAVES
+from fedpgm.circuits.structure import combine
 from fedpgm.data.partition import ClientData
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.data.schema import Feature, Schema
@@ -42,7 +49,7 @@ from fedpgm.federation.codec import Message
 from fedpgm.federation.contract import (NOTHING, Array, Choice, Columns, Contract, Fields, Flag, Float, Int, ListOf,
                                         Maybe, Text)
 from fedpgm.federation.handlers import ClientContext, HandlerSet
-from fedpgm.federation.secret import row_tokens
+from fedpgm.federation.secret import cancelling_masks, keyed_hashes, row_tokens
 from fedpgm.fedpc import defaults
 from fedpgm.fedpc.experts import Expert, expert_message
 
@@ -69,7 +76,9 @@ def warm_up(folder: Path) -> None:
 
 HANDLERS = HandlerSet("fedpc", warm_up=warm_up)
 FOLDER = "fedpc"
-MEMBERSHIPS = "fedpc/memberships_sent"  # state: this run's memberships have left
+MEMBERSHIPS = "fedpc/memberships_sent"  # state: this run's clustering for aligned gluing is done
+TOKENS, LABELS = "fedpc/tokens", "fedpc/labels"  # state: (rows,) sorted row tokens, their cluster indices
+COUNTED = "fedpc/cooccurrence_sent"  # state: this run's masked cluster indices have left
 BIG = 10**9  # a row count no table reaches: "no upper bound" for row settings
 
 # Every learner setting a server may send, bounded so that no request can make a client spend
@@ -93,10 +102,13 @@ PARAMS = Fields({
     "lr": Float(0.0, 10.0), "min_var": Float(1e-9, 1.0), "max_var": Float(1e-9, 1e3), "device": Choice("auto", "cpu"),
 })
 FIT = Contract({"shared": ListOf(Columns(), 64), "own": Columns(), "learner": Choice(*LEARNERS),
-                "clusters": Int(1, 256), "params": PARAMS, "send": Flag(), "memberships": Flag()},
+                "clusters": Int(1, 256), "params": PARAMS, "send": Flag(), "memberships": Flag(),
+                "whole": Flag()},
                required=("shared", "own", "learner", "clusters", "params", "send"))
 LOGLIK = Contract({"columns": Columns()}, required=("columns",),
                   arrays={"X": Array("f", 1 << 26)})
+COOCCURRENCE = Contract({"parties": ListOf(Text(), 1024, unique=True), "weight": Int(1, 2**63 - 1)},
+                       required=("parties", "weight"), arrays={"rows": Array("u", BIG)})
 FIT_TREE = Contract({"ensemble": Choice("bagging", "boosting"), "max_depth": Maybe(Int(1, 32)),
                      "min_samples_leaf": Maybe(Int(1, BIG)), "seed": Int(0, 2**32 - 1), "trees": Int(1, 1000),
                      "reference_columns": Maybe(Columns())},
@@ -108,17 +120,27 @@ def describe(request: Message, ctx: ClientContext) -> Message:
     ids = sorted(str(i) for i in ctx.data.train.index)
     digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
     return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ids),
-                                       "ids_digest": digest})
+                                       "ids_digest": digest,
+                                       "aligned": bool(ctx.policy.memberships and ctx.identity is not None)})
 
 
 def learn(ctx: ClientContext, names: list[str], rows: np.ndarray, learner: str, params: dict):
     """The circuit of ``rows`` x ``names``; an auto slice minimum is resolved from those rows
-    (``fedpgm.fedpc.defaults``), at least the client's policy floor."""
-    estimator = learner_spec(learner).estimator
+    (``fedpgm.fedpc.defaults``), at least the client's policy floor. Columns that ``rows`` (a
+    cluster) never observe take their model from all the client's rows, times the circuit of
+    the others on ``rows`` (k-means puts rows missing a column together: geepack's dietox)."""
+    spec = learner_spec(learner)
     schema = ctx.data.schema.select(names)
     whole = ctx.data.train[schema.names]
+    unseen = [n for n in names if whole[n].iloc[rows].isna().all()]
+    if unseen and not spec.dense and len(rows) < len(whole):
+        everything = np.arange(len(whole))
+        seen = [n for n in names if n not in unseen]
+        parts = [learn(ctx, unseen, everything, learner, params)]
+        parts += [learn(ctx, seen, rows, learner, params)] if seen else []
+        return combine(parts, schema, "product")
     params = defaults.resolve(params, len(rows), ctx.policy.min_rows)
-    return estimator(**params).fit(whole.iloc[rows], schema, reference=whole).circuit_
+    return spec.estimator(**params).fit(whole.iloc[rows], schema, reference=whole).circuit_
 
 
 def standardised(x: np.ndarray) -> np.ndarray:
@@ -240,13 +262,41 @@ def fit(request: Message, ctx: ClientContext) -> Message:
             if len(rows) == 0:
                 raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
             add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
+        if cfg.get("whole") and k > 1:  # (aligned gluing's product of the clients: ``plan.glue``)
+            add("whole", learn(ctx, cfg["own"], everything, learner, params), len(everything))
         if cfg.get("memberships"):  # keyed by a hash only the parties can make (fedpgm.federation.secret)
             tokens = row_tokens(ctx, ctx.data.train.index)
             order = np.argsort(tokens)  # (in token order: a row's place says nothing of its id)
+            ctx.state[TOKENS], ctx.state[LABELS] = tokens[order], labels[order].astype(np.uint64)
             arrays["memberships/ids"] = tokens[order]
-            arrays["memberships/cluster"] = labels[order].astype(np.int32)
     ctx.state["fedpc_keys"] = [e["key"] for e in entries]
     return Message("fit", arrays, {"circuits": entries, "seconds": time.process_time() - start})
+
+
+@HANDLERS.query("cooccurrence", COOCCURRENCE)
+def cooccurrence(request: Message, ctx: ClientContext) -> Message:
+    """(rows,) uint64: for each of the ``rows`` (tokens every clustering party holds, at least the
+    policy's ``min_rows``, each one of this client's), its cluster index times ``weight`` plus this
+    party's ``cancelling_masks`` among ``parties``, in the order of a keyed hash of the tokens.
+    Once per run, after a fit that clustered for aligned gluing."""
+    if TOKENS not in ctx.state:
+        raise PolicyRefusal(f"client '{ctx.client_id}' has no clustering for aligned gluing in this run; "
+                            "fit with memberships first")
+    if ctx.state.get(COUNTED):
+        raise PolicyRefusal(f"client '{ctx.client_id}' sends masked cluster indices once per run; start a new run")
+    parties, weight = list(request.config["parties"]), int(request.config["weight"])
+    if ctx.client_id not in parties:
+        raise PolicyRefusal(f"client '{ctx.client_id}' is not among the parties {parties} whose masks cancel")
+    rows, tokens = request.arrays["rows"].astype(np.uint64), ctx.state[TOKENS]
+    at = np.minimum(np.searchsorted(tokens, rows), len(tokens) - 1)
+    if len(np.unique(rows)) != len(rows) or not (tokens[at] == rows).all():
+        raise PolicyRefusal(f"client '{ctx.client_id}' counts only rows it holds, each once; the request "
+                            "names others or repeats one")
+    ctx.require_rows(len(rows), "co-occurrence counts")
+    ctx.state[COUNTED] = True
+    order = np.argsort(keyed_hashes(ctx, (f"order\x00{t}" for t in rows.tolist())))
+    masked = ctx.state[LABELS][at[order]] * np.uint64(weight) + cancelling_masks(ctx, parties, rows[order])
+    return Message("cooccurrence", {"masked": masked})
 
 
 @HANDLERS.query("loglik", LOGLIK)

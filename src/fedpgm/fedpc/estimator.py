@@ -40,17 +40,18 @@ class FederatedPC(FederatedEstimator):
     """A federated probabilistic circuit, learned in one pass across the clients.
 
     Parameters: ``clusters`` per single-client subspace (None: auto, ``fedpgm.fedpc.defaults``),
-    ``glue`` (random: Algorithm 1; combinatorial; aligned), ``products`` (random gluing), the
-    clients' ``learner`` (learnspn, ratspn, pd) and its ``params``, ``backend``, ``timeout`` per
-    exchange (s), ``min_clients`` (horizontal quorum), ``align`` (``"psi"``: private set
-    intersection of the parties' row ids first), ``smoothing`` (aligned gluing's pseudo-rows per
-    cluster tuple; None: auto), ``seed``. ``check_params`` checks them all, the learner's own
-    ``params`` included (by building the learner), before any data is read."""
+    ``glue`` (auto: ``fedpgm.fedpc.defaults.glue``; random: Algorithm 1; combinatorial;
+    aligned), ``products`` (random gluing), the clients' ``learner`` (learnspn, ratspn, pd) and
+    its ``params``, ``backend``, ``timeout`` per exchange (s), ``min_clients`` (horizontal
+    quorum), ``align`` (``"psi"``: private set intersection of the parties' row ids first),
+    ``smoothing`` (aligned gluing's pseudo-rows per cluster tuple toward the product of the
+    clients; None: a weight chosen on held-out tuples), ``seed``. ``check_params`` checks them
+    all, the learner's own ``params`` included (by building the learner), before any data is read."""
 
     _parameter_constraints: dict = {
         **FederatedEstimator._parameter_constraints,
         "clusters": [Interval(Integral, 1, None, closed="left"), None],
-        "glue": [StrOptions(set(GLUES))],
+        "glue": [StrOptions(set(GLUES) | {"auto"})],
         "products": [Interval(Integral, 1, None, closed="left"), None],
         "learner": [StrOptions(set(LEARNERS))],
         "params": [dict, None],
@@ -60,7 +61,7 @@ class FederatedPC(FederatedEstimator):
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
     }
 
-    def __init__(self, clusters: int | None = None, glue: str = "random", products: int | None = None,
+    def __init__(self, clusters: int | None = None, glue: str = "auto", products: int | None = None,
                  learner: str = "learnspn", params: dict | None = None, backend: str = "inprocess",
                  timeout: float = 3600.0, min_clients: int | None = None, align: str = "none",
                  smoothing: float | None = None, seed: int = 0) -> None:

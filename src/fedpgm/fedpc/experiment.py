@@ -52,7 +52,7 @@ class FitSettings:
     split: str = "horizontal"
     clients: int = 2
     clusters: int | None = None  # None: auto (fedpgm.fedpc.defaults)
-    glue: str = "random"
+    glue: str = "auto"  # fedpgm.fedpc.defaults.glue
     products: int | None = None
     learner: str = "learnspn"
     params: dict = field(default_factory=dict)
@@ -99,12 +99,12 @@ class FitSettings:
 
 # The FedPC paper's Table 4 (App. E.3): LearnSPN (RDC threshold, min_instances_slice) and
 # gluing per setting and dataset (Income = adult, Credit = credit, Cancer = breast_cancer); the
-# paper's horizontal rows need no gluing. One place: benchmarks/fedpc_density.py --protocol paper
-# reads it.
+# paper's horizontal rows need no gluing (random: Algorithm 1's, a no-op there). One place:
+# benchmarks/fedpc_density.py --protocol paper reads it.
 PAPER_TABLE4: dict[tuple[str, str], dict[str, Any]] = {
-    ("horizontal", "adult"): {"threshold": 0.3, "min_instances_slice": 200, "glue": None},
-    ("horizontal", "credit"): {"threshold": 0.5, "min_instances_slice": 200, "glue": None},
-    ("horizontal", "breast_cancer"): {"threshold": 0.4, "min_instances_slice": 300, "glue": None},
+    ("horizontal", "adult"): {"threshold": 0.3, "min_instances_slice": 200, "glue": "random"},
+    ("horizontal", "credit"): {"threshold": 0.5, "min_instances_slice": 200, "glue": "random"},
+    ("horizontal", "breast_cancer"): {"threshold": 0.4, "min_instances_slice": 300, "glue": "random"},
     **{(split, name): {"threshold": t, "min_instances_slice": m, "glue": "combinatorial"}
        for split in ("vertical", "hybrid")
        for name, t, m in (("adult", 0.4, 100), ("credit", 0.5, 50), ("breast_cancer", 0.4, 300))},
@@ -118,7 +118,7 @@ def paper_settings(split: str, dataset: str, base: FitSettings) -> FitSettings:
                           f"{sorted({d for _, d in PAPER_TABLE4})}")
     row = PAPER_TABLE4[(split, dataset)]
     params = {**base.params, "threshold": row["threshold"], "min_instances_slice": row["min_instances_slice"]}
-    return replace(base, split=split, params=params, glue=row["glue"] or base.glue)
+    return replace(base, split=split, params=params, glue=row["glue"])
 
 
 def centralized(ds: Dataset, settings: FitSettings):

@@ -89,18 +89,17 @@ class Plan:
 
 # -- gluing: which alternatives each product takes, and the root weights ----------------------
 def glue(sizes: list[list[int]], how: str, products: int | None, rng: np.random.Generator,
-         cooccurrence: dict[tuple, int] | None = None, smoothing: float = 0.0) -> tuple[list[list[int]], list[float]]:
+         cooccurrence: dict[tuple, int] | None = None, product: float = 0.0) -> tuple[list[list[int]], list[float]]:
     """Products and root weights from the alternatives' training sizes ``sizes[j][a]``.
 
     ``random``: P products (default: the most alternatives of any subspace), every alternative in
     at least one; ``combinatorial``: every combination; both weighted by rho (the summed training
     sizes of a product's children). ``aligned``: the combinations of cluster indices observed on
     shared rows, weighted by how often (``cooccurrence`` maps a tuple over subspaces to a count),
-    and with ``smoothing`` > 0 one product more, of each subspace's last alternative (the server
-    makes it the mixture of all its clusters, ``server.aligned_mixtures``): the counts smoothed
-    toward the product of their marginals by ``smoothing`` pseudo-rows per observed tuple (T
-    tuples on N rows: weight T s / (N + T s)), so a joint spread thin over many tuples cannot fall
-    far below the clients' independent mixtures.
+    times 1 - ``product``, and with ``product`` > 0 one product more, of each subspace's last
+    alternative (the client's circuit of all its rows, or its one cluster), of weight
+    ``product``: the joint of the clusters mixed with the plain product of the clients, which it
+    therefore cannot fall far below (``product_weight`` chooses the weight).
     """
     most = max(len(s) for s in sizes)
     if how == "random":
@@ -119,17 +118,49 @@ def glue(sizes: list[list[int]], how: str, products: int | None, rng: np.random.
         if not cooccurrence:
             raise FedpgmError("aligned gluing found no rows shared by the clients that cluster; "
                               "use --glue random")
+        if not 0.0 <= product <= 1.0:
+            raise FedpgmError(f"the product's weight must lie in [0, 1], got {product}")
+        plain = [len(s) - 1 for s in sizes]
+        if product == 1.0:
+            return [plain], [1.0]
         keys = sorted(cooccurrence)
         counts = np.array([cooccurrence[k] for k in keys], dtype=float)
-        chosen = [list(map(int, k)) for k in keys]
-        if smoothing > 0:
-            counts = np.append(counts, smoothing * len(keys))
-            chosen.append([len(s) - 1 for s in sizes])
-        return chosen, list(counts / counts.sum())
+        weights = (1.0 - product) * counts / counts.sum()
+        if product == 0.0:
+            return [list(map(int, k)) for k in keys], list(weights)
+        return [list(map(int, k)) for k in keys] + [plain], list(weights) + [product]
     else:
         raise FedpgmError(f"unknown glue '{how}'; use one of {', '.join(GLUES)}")
     rho = np.array([sum(sizes[j][a] for j, a in enumerate(c)) for c in chosen], dtype=float)
     return chosen, list(rho / rho.sum())
+
+
+PRODUCT_WEIGHTS = np.linspace(0.0, 1.0, 21)
+
+
+def product_weight(tuples: np.ndarray, folds: int = 5) -> float:
+    """The weight w in ``PRODUCT_WEIGHTS`` of (1 - w) joint + w product of marginals, both of the
+    cluster tuples ``tuples`` (rows, subspaces), with the highest log-likelihood on held-out rows
+    over ``folds`` random folds (of the tuples sorted first, so the weight does not depend on
+    the order they came in). 1 (the product alone) where the clusters look independent, near 0
+    where their joint generalises; fewer rows than folds: 1."""
+    n = len(tuples)
+    if n < folds:
+        return 1.0
+    tuples = tuples[np.lexsort(tuples.T[::-1])][np.random.default_rng(0).permutation(n)]
+    codes = np.unique(tuples, axis=0, return_inverse=True)[1].ravel()
+    fold = np.arange(n) % folds
+    scores = np.zeros(len(PRODUCT_WEIGHTS))
+    for f in range(folds):
+        train, test = fold != f, fold == f
+        joint = (np.bincount(codes[train], minlength=codes.max() + 1) / train.sum())[codes[test]]
+        marginal = np.ones(test.sum())
+        for j in range(tuples.shape[1]):
+            values = np.bincount(tuples[train, j], minlength=tuples[:, j].max() + 1) / train.sum()
+            marginal *= values[tuples[test, j]]
+        mix = (1 - PRODUCT_WEIGHTS[:, None]) * joint + PRODUCT_WEIGHTS[:, None] * marginal
+        scores += np.log(np.maximum(mix, 1e-300)).sum(axis=1)
+    return float(PRODUCT_WEIGHTS[np.argmax(scores)])
 
 
 # -- evaluation -----------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from fedpgm.federation.psi import align_rows, check_align
 from fedpgm.federation.secret import share_secret
 from fedpgm.fedpc import defaults
 from fedpgm.fedpc.model import FedPC
-from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue
+from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue, product_weight
 from fedpgm.threads import one_thread
 
 PLACEMENTS = ("server", "split")
@@ -92,16 +92,17 @@ def check_alignment(described: dict, spaces) -> None:
 
 
 @one_thread()
-def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "random", products: int | None = None,
+def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "auto", products: int | None = None,
               learner: str = "learnspn", params: dict | None = None, placement: str = "server",
               seed: int = 0, min_clients: int | None = None, align: str = "none",
               smoothing: float | None = None) -> FedPC:
     """Learn a federated circuit in one pass (Algorithm 1); see the module doc.
 
-    ``clusters``: per single-client subspace; None: ``defaults.clusters(glue_how)``.
+    ``glue_how``: random, combinatorial, aligned or auto (``defaults.glue``); ``clusters``: per
+    single-client subspace; None: ``defaults.clusters(glue_how)``.
     ``smoothing``: aligned gluing's pseudo-rows per observed cluster tuple toward the product of
-    the marginals
-    (``plan.glue``; 0: the co-occurrence counts alone); None: ``defaults.SMOOTHING``.
+    the clients' circuits of all their rows (``plan.glue``; 0: the co-occurrence counts alone);
+    None: the product's weight chosen on held-out tuples (``plan.product_weight``).
 
     ``align``: "psi" first finds the row ids every party holds by private set intersection and
     fits on those rows (``fedpgm.federation.psi``; ``info["alignment"]``); "none": the parties'
@@ -113,13 +114,12 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "ran
 
     Runs under one-thread limits (``fedpgm.threads``), as every client does, so the server's CPU
     seconds in the critical path count its work, not two thread pools spinning."""
-    clusters = defaults.clusters(glue_how) if clusters is None else clusters
-    if clusters < 1:
+    if clusters is not None and clusters < 1:
         raise FedpgmError(f"clusters must be >= 1, got {clusters}")
     if smoothing is not None and not smoothing >= 0:
         raise FedpgmError(f"smoothing (pseudo-rows per cluster tuple) must be >= 0, got {smoothing}")
-    if glue_how not in GLUES:
-        raise FedpgmError(f"unknown glue '{glue_how}'; use one of {', '.join(GLUES)}")
+    if glue_how not in GLUES + ("auto",):
+        raise FedpgmError(f"unknown glue '{glue_how}'; use auto or one of {', '.join(GLUES)}")
     if placement not in PLACEMENTS:
         raise FedpgmError(f"unknown placement '{placement}'; use server or split")
     params = learner_params(learner, params, seed)
@@ -143,6 +143,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "ran
         raise FedpgmError("min_clients applies to horizontal federations only: a vertical or hybrid "
                           "FedPC needs every party's columns")
     check_alignment(described, spaces)
+    requested, glue_how = glue_how, defaults.glue(glue_how, spaces, described)
+    clusters = defaults.clusters(glue_how) if clusters is None else clusters
     per_client: dict[str, tuple[dict, dict]] = {}
     for c in described:
         shared = [names for names, holders in spaces if c in holders and len(holders) > 1]
@@ -152,7 +154,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "ran
                               "lower --clusters")
         per_client[c] = ({}, {"shared": shared, "own": own, "clusters": clusters, "learner": learner,
                               "params": params, "send": placement == "server",
-                              "memberships": glue_how == "aligned"})
+                              "memberships": glue_how == "aligned",
+                              "whole": glue_how == "aligned" and smoothing != 0})
     server_cpu = time.process_time() - server_cpu
     if glue_how == "aligned" and len(per_client) > 1:  # the key of the row tokens, unknown to this server
         share_secret(fed, list(per_client))
@@ -180,13 +183,16 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "ran
         else:
             c = holders[0]
             keys = [k for k in entries[c] if k.startswith("cluster")]  # (fewer if the client merged small ones)
+            keys += ["whole"] if "whole" in entries[c] else []  # (last: the product of aligned gluing)
             alternatives.append([Alternative([add(c, entries[c][k])], [1.0]) for k in keys])
-    smoothing = defaults.SMOOTHING if smoothing is None else smoothing
-    if glue_how == "aligned" and smoothing > 0:
-        aligned_mixtures(alternatives, components, shared_spaces)
     alt_sizes = [[sum(components[i]["n"] for i in a.components) for a in alts] for alts in alternatives]
-    cooccurrence = memberships(replies, spaces) if glue_how == "aligned" else None
-    chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), cooccurrence, smoothing)
+    counts, product = None, None
+    if glue_how == "aligned":
+        tuples = cooccurrence(fed, replies, spaces)
+        counts = dict(Counter(map(tuple, tuples.tolist())))
+        product = product_weight(tuples) if smoothing is None else \
+            smoothing * len(counts) / (len(tuples) + smoothing * len(counts))
+    chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), counts, product or 0.0)
     plan = Plan([{"features": names, "clients": holders} for names, holders in spaces], components,
                 alternatives, chosen, weights)
     dense_circuits = [c for c in circuits if c.dense]
@@ -196,7 +202,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "ran
     server_cpu += time.process_time() - t0
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
     policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
-    info = {"clusters": clusters, "glue": glue_how, "smoothing": smoothing, "learner": learner, "params": params,
+    info = {"clusters": clusters, "glue": glue_how, "glue_requested": requested, "smoothing": smoothing,
+            "product_weight": product, "learner": learner, "params": params,
             "placement": placement, "plan": plan.describe(),
             "client_seconds": client_seconds, "server_seconds": server_cpu,
             "critical_path_seconds": max(client_seconds.values()) + server_cpu,
@@ -208,8 +215,9 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "ran
     if alignment is not None:
         info["alignment"] = alignment
     if glue_how == "aligned":
-        info["shared_with_server"] = ("cluster index of every row, keyed by a hash of its id under a key only "
-                                      "the parties share")
+        info["shared_with_server"] = ("counts of the cluster-index tuples of the rows the parties share (a sum of "
+                                      "masked indices in an order only the parties know) and each party's row "
+                                      "tokens (hashes of its ids under a key only the parties share)")
     if circuit is not None:
         info.update(circuit.stats())
     if dense:
@@ -218,28 +226,35 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "ran
                  components=dense_circuits if dense else None)
 
 
-def aligned_mixtures(alternatives: list[list[Alternative]], components: list[dict], shared: set[int]) -> None:
-    """Appends to each single-client subspace's alternatives the mixture of all its cluster
-    circuits, weighted by their rows: the smoothing product of aligned gluing (``plan.glue``)."""
-    for j, alts in enumerate(alternatives):
-        if j not in shared:
-            ids = [a.components[0] for a in alts]
-            n = np.array([components[i]["n"] for i in ids], dtype=float)
-            alts.append(Alternative(ids, list(n / n.sum())))
-
-
-def memberships(replies: dict, spaces) -> dict[tuple, int]:
-    """Counts of cluster-index tuples over the rows every clustering client holds (matched by
-    their keyed row tokens, ``fedpgm.federation.secret``)."""
-    columns: list[dict | None] = []  # per subspace: row token -> cluster index (None: shared)
-    for _names, holders in spaces:
-        if len(holders) > 1:
-            columns.append(None)  # a shared subspace has a single alternative
-            continue
-        m = replies[holders[0]]
-        columns.append(dict(zip(m.arrays["memberships/ids"].tolist(), m.arrays["memberships/cluster"].tolist())))
-    keyed = [c for c in columns if c is not None]
-    if not keyed:
-        return {}
-    common = set(keyed[0]).intersection(*keyed[1:])
-    return dict(Counter(tuple(0 if col is None else col[row] for col in columns) for row in common))
+def cooccurrence(fed: Federation, replies: dict, spaces, timeout: float | None = None) -> np.ndarray:
+    """(rows, subspaces) the tuples of cluster indices of the rows every clustering client holds
+    (0 for a shared subspace), in an order no one but the parties can link to a row, learned
+    without any party's cluster indices: the rows are the intersection of the parties' row tokens
+    (``fedpgm.federation.secret``), each party sends its indices times its radix weight plus masks
+    that cancel over the parties, in an order of keyed hashes (``fedpc.client.cooccurrence``),
+    and the sum gives each row's tuple in that order."""
+    clustering = [(j, holders[0]) for j, (_names, holders) in enumerate(spaces) if len(holders) == 1]
+    if not clustering:
+        return np.zeros((0, len(spaces)), dtype=np.int64)
+    parties = [c for _, c in clustering]
+    rows = replies[parties[0]].arrays["memberships/ids"]
+    for c in parties[1:]:
+        rows = np.intersect1d(rows, replies[c].arrays["memberships/ids"])
+    if len(rows) == 0:
+        raise FedpgmError("aligned gluing found no rows shared by the clients that cluster; their row ids "
+                          "must overlap (vertical or hybrid with overlapping rows)")
+    radix = [sum(e["key"].startswith("cluster") for e in replies[c].config["circuits"]) for c in parties]
+    if np.prod(radix, dtype=float) >= 2.0**63:
+        raise FedpgmError(f"aligned gluing's {'x'.join(map(str, radix))} cluster tuples do not fit a 64-bit "
+                          "count key; lower --clusters")
+    weights = [int(np.prod(radix[:i], dtype=np.int64)) for i in range(len(parties))]
+    per = {c: ({"rows": rows}, {"parties": parties, "weight": w}) for c, w in zip(parties, weights)}
+    masked = fed.broadcast("cooccurrence", clients=parties, per_client=per, timeout=timeout).require_all()
+    total = np.zeros(len(rows), dtype=np.uint64)
+    for c in parties:
+        total = total + masked[c].arrays["masked"].astype(np.uint64)  # (wraps mod 2**64: the masks cancel)
+    digits = [(total // np.uint64(w)) % np.uint64(k) for w, k in zip(weights, radix)]
+    tuples = np.zeros((len(rows), len(spaces)), dtype=np.int64)
+    for (j, _), d in zip(clustering, digits):
+        tuples[:, j] = d
+    return tuples
