@@ -12,6 +12,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation import InProcessFederation, PrivacyAudit, PrivacyViolation
 from fedpgm.federation.base import ClientFailed, ClientFailure
+from fedpgm.circuits.learners import log_likelihood_of
 from fedpgm.fedpc import FedPC, defaults, fit_fedpc
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
@@ -311,6 +312,33 @@ def test_the_papers_table4_settings_come_from_one_place():
                                                          for d in ("adult", "credit", "breast_cancer")}
     with pytest.raises(FedpgmError, match="Table 4 has no vertical setting for 'wine'"):
         paper_settings("vertical", "wine", FitSettings())
+
+
+def test_a_cluster_that_never_observes_a_column_takes_its_model_from_all_rows(tmp_path):
+    """k-means puts the rows missing a column together (geepack's dietox: every cluster circuit of
+    its 'Feed' client failed); such a cluster's circuit is the client's circuit of that column on
+    all its rows times that of the others on the cluster's rows."""
+    import pandas as pd
+
+    from fedpgm.data.partition import ClientData
+    from fedpgm.federation.handlers import ClientContext
+    from fedpgm.fedpc.client import learn
+
+    rng = np.random.default_rng(0)
+    x = pd.DataFrame({"a": rng.normal(size=300), "b": rng.normal(3.0, 2.0, size=300)})
+    x.loc[:99, "b"] = np.nan
+    schema = Schema((Feature("a", "continuous"), Feature("b", "continuous")))
+    ctx = ClientContext("c", ClientData("c", schema, x), tmp_path)
+    params = {"min_instances_slice": 1000}  # (one product of leaves: each leaf's fit is plain to see)
+    circuit = learn(ctx, ["a", "b"], np.arange(100), "learnspn", params)
+    grid = np.array([[np.nan, v] for v in (-1.0, 3.0, 7.0)])
+    whole_b = learn(ctx, ["b"], np.arange(300), "learnspn", params)
+    np.testing.assert_allclose(log_likelihood_of(circuit, ["a", "b"], grid),
+                               log_likelihood_of(whole_b, ["b"], grid[:, 1:]), rtol=1e-12)
+    only_a = learn(ctx, ["a"], np.arange(100), "learnspn", params)
+    grid_a = np.array([[v, np.nan] for v in (-1.0, 0.0, 2.0)])
+    np.testing.assert_allclose(log_likelihood_of(circuit, ["a", "b"], grid_a),
+                               log_likelihood_of(only_a, ["a"], grid_a[:, :1]), rtol=1e-12)
 
 
 def test_the_client_warm_up_answers_a_fit_and_leaves_no_folder(monkeypatch, tmp_path):
