@@ -57,15 +57,18 @@ def test_fit_fields_outside_the_contract_are_refused_before_any_work(cancer):
 
 def test_memberships_are_keyed_by_a_secret_the_coordinator_never_sees(cancer):
     """Item 7: with the server's salt, brute force over ids 0..99,999 inverted 410 of 410 hashed ids.
-    Now rows are matched by hashes under a key the parties deal each other, sealed and signed."""
+    Now rows are matched by hashes under a key the parties deal each other, sealed and signed over
+    the recipient's nonce of the run, so a copy dealt in another run cannot be replayed (a review
+    replayed one and linked tokens across runs before the nonce)."""
     import hashlib
 
     from fedpgm.federation.secret import SECRET, share_secret
 
     part = partition(cancer, "vertical", 2, seed=0)
     with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        parties = {"parties": ["client-0", "client-1"]}
         forged = fed.send("client-1", "secret_take", {"sealed": np.zeros(80, np.uint8),
-                                                      "signature": np.zeros(64, np.uint8)}, {"dealer": "client-0"})
+                                                      "signature": np.zeros(64, np.uint8)}, parties)
         before = len(fed.ledger.entries)
         wire = []
         real_exchange = fed._exchange
@@ -77,10 +80,27 @@ def test_memberships_are_keyed_by_a_secret_the_coordinator_never_sees(cancer):
             return out
 
         fed._exchange = recording
+        dealt = []
+        real_send = fed.send
+
+        def keeping(client, name, *args, **kwargs):
+            out = real_send(client, name, *args, **kwargs)
+            dealt.extend(out.messages.values() if name == "secret_deal" else [])
+            return out
+
+        fed.send = keeping
         share_secret(fed, ["client-0", "client-1"])
+        fed.send = real_send
         key = bytes(np.asarray(fed.contexts["client-1"].state[SECRET], np.uint8))
         again = fed.send("client-1", "secret_take", {"sealed": np.zeros(80, np.uint8),
-                                                     "signature": np.zeros(64, np.uint8)}, {"dealer": "client-0"})
+                                                     "signature": np.zeros(64, np.uint8)}, parties)
+        copy = {"sealed": dealt[0].arrays["sealed/client-1"], "signature": dealt[0].arrays["signature/client-1"]}
+        kept = dict(fed.contexts["client-1"].state)
+        fed.contexts["client-1"].state.clear()  # a new run of the same roster: the copy replayed
+        fed.send("client-1", "secret_nonce").require_all()
+        replayed = fed.send("client-1", "secret_take", copy, parties)
+        fed.contexts["client-1"].state.clear()
+        fed.contexts["client-1"].state.update(kept)
         config = {"shared": [], "own": part.clients[1].schema.names, "clusters": 3, "learner": "learnspn",
                   "params": {"min_instances_slice": 50}, "send": True, "memberships": True}
         reply = fed.send("client-1", "fit", config=config).require_all()["client-1"]
@@ -88,8 +108,9 @@ def test_memberships_are_keyed_by_a_secret_the_coordinator_never_sees(cancer):
         # values from the cluster means; memberships now leave once per run
         second = fed.send("client-1", "fit", config={**config, "clusters": 4, "params": {"seed": 1}})
     refused(second, "client-1", "memberships once per run")
-    refused(forged, "client-1", "signature does not verify")
+    refused(forged, "client-1", "with a nonce it drew this run")
     refused(again, "client-1", "signature does not verify")
+    refused(replayed, "client-1", "signature does not verify")
     assert key == bytes(np.asarray(fed.contexts["client-0"].state[SECRET], np.uint8)) and len(key) == 32
     assert not any(key in w for w in wire)  # the key crossed the relay sealed only
     assert len(fed.ledger.entries) > before
@@ -101,10 +122,21 @@ def test_memberships_are_keyed_by_a_secret_the_coordinator_never_sees(cancer):
     assert not tokens & guesses  # no brute force over ids without the parties' key
 
 
+def uniform(values: np.ndarray) -> bool:
+    """Whether uint64 ``values`` look uniform: their top 4 bits and their residue mod 3 (a cluster
+    index's, with radix 3) spread evenly (chi-square p > 1e-4)."""
+    return all(chisquare(np.bincount(b, minlength=b.max() + 1)).pvalue > 1e-4
+               for b in ((values >> np.uint64(60)).astype(int), (values % np.uint64(3)).astype(int)))
+
+
 def test_cooccurrence_counts_reach_the_coordinator_but_no_partys_cluster_indices(cancer):
     """Aligned gluing: the coordinator gets each party's row tokens and, per shared row, masked
     cluster indices in an order only the parties know. Their sum is the true tuple histogram; one
-    party's values are uniform noise; a subset, a foreign row or a second request is refused."""
+    party's values are uniform noise. A review broke the first version: a party list of the victim
+    alone left its indices unmasked, and parties given different rows let the masks cancel up to
+    a chosen row, linking it to its cluster; a 2-d rows array cancelled the masks too. Now the
+    parties are those the run's secret was dealt to (at least 2, signed by the dealer), the masks
+    are bound to a digest of the rows and weights, and rows must be a flat uint64 array."""
     from collections import Counter
 
     from fedpgm.fedpc.client import LABELS, TOKENS
@@ -113,19 +145,21 @@ def test_cooccurrence_counts_reach_the_coordinator_but_no_partys_cluster_indices
 
     part = partition(cancer, "vertical", 3, seed=0)
     names = [c.client_id for c in part.clients]
+    per = {c.client_id: ({}, {"shared": [], "own": c.schema.names, "clusters": 3, "learner": "learnspn",
+                              "params": {"min_instances_slice": 50}, "send": True, "memberships": True})
+           for c in part.clients}
+    spaces = [(c.schema.names, [c.client_id]) for c in part.clients]
+    weights = {"weights": [1, 3, 9]}
     with InProcessFederation(part, FEDPC, mode="sequential") as fed:
-        refused(fed.send("client-0", "cooccurrence", {"rows": np.arange(50, dtype=np.uint64)},
-                         {"parties": names, "weight": 1}), "client-0", "fit with memberships first")
+        refused(fed.send("client-0", "cooccurrence", {"rows": np.arange(50, dtype=np.uint64)}, weights),
+                "client-0", "fit with memberships first")
+        refused(fed.send("client-0", "fit", config=per["client-0"][1]), "client-0", "after the run's secret")
         share_secret(fed, names)
-        per = {c.client_id: ({}, {"shared": [], "own": c.schema.names, "clusters": 3, "learner": "learnspn",
-                                  "params": {"min_instances_slice": 50}, "send": True, "memberships": True})
-               for c in part.clients}
         fits = fed.broadcast("fit", clients=names, per_client=per).require_all()
         assert not any(k.startswith("memberships/cluster") for m in fits.values() for k in m.arrays)
         state = {c: fed.contexts[c].state for c in names}
         tokens = state["client-0"][TOKENS]
         truth = Counter(zip(*(state[c][LABELS].tolist() for c in names)))  # (same rows, token order at each)
-        spaces = [(c.schema.names, [c.client_id]) for c in part.clients]
         wire = {}
         real = fed.broadcast
 
@@ -135,21 +169,9 @@ def test_cooccurrence_counts_reach_the_coordinator_but_no_partys_cluster_indices
             return out
 
         fed.broadcast = recording
-        counts = Counter(map(tuple, cooccurrence(fed, fits, spaces).tolist()))
+        counts = Counter(map(tuple, cooccurrence(fed, fits, spaces, names).tolist()))
         fed.broadcast = real
-        rows = {"rows": tokens}
-        with InProcessFederation(part, FEDPC, mode="sequential") as fresh:
-            share_secret(fresh, names)
-            fresh.broadcast("fit", clients=names, per_client=per).require_all()
-            own = fresh.contexts["client-0"].state[TOKENS]
-            attacks = {"a subset": (own[:5], names, "min_rows is 10"),
-                       "a foreign row": (np.append(own[:20], np.uint64(12345)), names, "names others"),
-                       "a repeated row": (np.append(own[:20], own[:1]), names, "repeats one"),
-                       "not a party": (own, names[1:], "not among the parties")}
-            for what, (asked, parties, words) in attacks.items():
-                refused(fresh.send("client-0", "cooccurrence", {"rows": asked}, {"parties": parties, "weight": 1}),
-                        "client-0", words)
-        again = fed.send("client-0", "cooccurrence", rows, {"parties": names, "weight": 1})
+        again = fed.send("client-0", "cooccurrence", {"rows": tokens}, weights)
     refused(again, "client-0", "once per run")
     assert counts == truth
     assert sum(counts.values()) == len(tokens) and len(truth) > 3
@@ -158,10 +180,33 @@ def test_cooccurrence_counts_reach_the_coordinator_but_no_partys_cluster_indices
     chance = float((np.bincount(mine) / len(mine)) @ (np.bincount(first) / len(first)))
     assert abs((first == mine).mean() - chance) < 0.08  # the sum's order is not the tokens' order
     for c, radix_weight in zip(names, (1, 3, 9)):
-        # uniform over 0..2**64: the top 4 bits and the value mod 3 (a label's residue) spread evenly
-        for bins in ((wire[c] >> np.uint64(60)).astype(int), (wire[c] % np.uint64(3)).astype(int)):
-            assert chisquare(np.bincount(bins, minlength=bins.max() + 1)).pvalue > 1e-4, c
+        assert uniform(wire[c]), c
         assert not np.isin(wire[c], (np.arange(3) * radix_weight).astype(np.uint64)).any(), c
+
+    with InProcessFederation(part, FEDPC, mode="sequential") as fresh:
+        refused(fresh.send("client-0", "secret_deal", {"nonces": np.zeros((0, 16), np.uint8)}, {"parties": []}),
+                "client-0", "at least one other party")
+        share_secret(fresh, names)
+        fresh.broadcast("fit", clients=names, per_client=per).require_all()
+        own = fresh.contexts["client-0"].state[TOKENS]
+        attacks = {"a subset": (own[:5], weights, "min_rows is 10"),
+                   "a foreign row": (np.append(own[:20], np.uint64(12345)), weights, "names others"),
+                   "a repeated row": (np.append(own[:20], own[:1]), weights, "repeats one"),
+                   "a 2-d rows array": (own[:, None], weights, "flat uint64 array"),
+                   "a signed rows array": (own.astype(np.int64), weights, "allowed kinds 'u'"),
+                   "a 32-bit rows array": (own.astype(np.uint32), weights, "flat uint64 array"),
+                   "one weight for 3 parties": (own, {"weights": [1]}, "one weight per party")}
+        for what, (asked, config, words) in attacks.items():
+            refused(fresh.send("client-0", "cooccurrence", {"rows": asked}, config), "client-0", words)
+        # desynchronised: client-1 is given every row but one, the others every row; the masks are
+        # bound to the rows, so no position of the sum is a clean tuple (the review's attack linked
+        # the dropped row to client-2's index here)
+        per_rows = {c: ({"rows": own[1:] if c == "client-1" else own}, weights) for c in names}
+        parts = fresh.broadcast("cooccurrence", clients=names, per_client=per_rows).require_all()
+    n = len(own) - 1
+    desynced = parts["client-0"].arrays["masked"][:n] + parts["client-1"].arrays["masked"][:n] + \
+        parts["client-2"].arrays["masked"][:n]
+    assert uniform(desynced) and (desynced >= np.uint64(27)).mean() > 0.99
 
 
 # -- differencing: statistics only over a fixed row set, never a server-chosen subset --------------

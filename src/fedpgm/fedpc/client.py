@@ -49,7 +49,7 @@ from fedpgm.federation.codec import Message
 from fedpgm.federation.contract import (NOTHING, Array, Choice, Columns, Contract, Fields, Flag, Float, Int, ListOf,
                                         Maybe, Text)
 from fedpgm.federation.handlers import ClientContext, HandlerSet
-from fedpgm.federation.secret import cancelling_masks, keyed_hashes, row_tokens
+from fedpgm.federation.secret import PARTIES, SECRET, cancelling_masks, keyed_hashes, row_tokens
 from fedpgm.fedpc import defaults
 from fedpgm.fedpc.experts import Expert, expert_message
 
@@ -107,8 +107,8 @@ FIT = Contract({"shared": ListOf(Columns(), 64), "own": Columns(), "learner": Ch
                required=("shared", "own", "learner", "clusters", "params", "send"))
 LOGLIK = Contract({"columns": Columns()}, required=("columns",),
                   arrays={"X": Array("f", 1 << 26)})
-COOCCURRENCE = Contract({"parties": ListOf(Text(), 1024, unique=True), "weight": Int(1, 2**63 - 1)},
-                       required=("parties", "weight"), arrays={"rows": Array("u", BIG)})
+COOCCURRENCE = Contract({"weights": ListOf(Int(1, 2**63 - 1), 1024)}, required=("weights",),
+                       arrays={"rows": Array("u", BIG)})
 FIT_TREE = Contract({"ensemble": Choice("bagging", "boosting"), "max_depth": Maybe(Int(1, 32)),
                      "min_samples_leaf": Maybe(Int(1, BIG)), "seed": Int(0, 2**32 - 1), "trees": Int(1, 1000),
                      "reference_columns": Maybe(Columns())},
@@ -226,7 +226,9 @@ def fit(request: Message, ctx: ClientContext) -> Message:
                                 "use --glue random or combinatorial")
         if ctx.state.get(MEMBERSHIPS):  # rows out of their cluster means (453 of 455 values, 62 fits)
             raise PolicyRefusal(f"client '{ctx.client_id}' sends cluster memberships once per run; start a new run")
-        ctx.state[MEMBERSHIPS] = True
+        if SECRET not in ctx.state or not cfg["own"]:  # (checked first: a refused fit leaves no mark)
+            raise PolicyRefusal(f"client '{ctx.client_id}' clusters for aligned gluing only columns of its own, "
+                                "after the run's secret is shared")
     spec = learner_spec(learner)
     for name in spec.row_settings:  # the client's floor, whatever the server asked (None: auto, resolved later)
         requested = params.get(name, spec.default(name))
@@ -268,6 +270,7 @@ def fit(request: Message, ctx: ClientContext) -> Message:
             tokens = row_tokens(ctx, ctx.data.train.index)
             order = np.argsort(tokens)  # (in token order: a row's place says nothing of its id)
             ctx.state[TOKENS], ctx.state[LABELS] = tokens[order], labels[order].astype(np.uint64)
+            ctx.state[MEMBERSHIPS] = True
             arrays["memberships/ids"] = tokens[order]
     ctx.state["fedpc_keys"] = [e["key"] for e in entries]
     return Message("fit", arrays, {"circuits": entries, "seconds": time.process_time() - start})
@@ -276,26 +279,34 @@ def fit(request: Message, ctx: ClientContext) -> Message:
 @HANDLERS.query("cooccurrence", COOCCURRENCE)
 def cooccurrence(request: Message, ctx: ClientContext) -> Message:
     """(rows,) uint64: for each of the ``rows`` (tokens every clustering party holds, at least the
-    policy's ``min_rows``, each one of this client's), its cluster index times ``weight`` plus this
-    party's ``cancelling_masks`` among ``parties``, in the order of a keyed hash of the tokens.
-    Once per run, after a fit that clustered for aligned gluing."""
+    policy's ``min_rows``, each one of this client's), its cluster index times its weight (this
+    party's entry of ``weights``, one per party the run's secret was dealt to, in their order)
+    plus this party's ``cancelling_masks``, bound to a digest of the rows and the weights, in the
+    order of a keyed hash of the tokens. Once per run, after a fit that clustered for aligned
+    gluing. Parties given different rows or weights get masks that do not cancel: noise."""
     if TOKENS not in ctx.state:
         raise PolicyRefusal(f"client '{ctx.client_id}' has no clustering for aligned gluing in this run; "
                             "fit with memberships first")
     if ctx.state.get(COUNTED):
         raise PolicyRefusal(f"client '{ctx.client_id}' sends masked cluster indices once per run; start a new run")
-    parties, weight = list(request.config["parties"]), int(request.config["weight"])
-    if ctx.client_id not in parties:
-        raise PolicyRefusal(f"client '{ctx.client_id}' is not among the parties {parties} whose masks cancel")
-    rows, tokens = request.arrays["rows"].astype(np.uint64), ctx.state[TOKENS]
+    parties, weights = list(ctx.state[PARTIES]), [int(w) for w in request.config["weights"]]
+    if len(weights) != len(parties):
+        raise PolicyRefusal(f"client '{ctx.client_id}' needs one weight per party the run's secret was dealt "
+                            f"to ({len(parties)}), got {len(weights)}")
+    rows, tokens = request.arrays["rows"], ctx.state[TOKENS]
+    if rows.ndim != 1 or rows.dtype != np.uint64:
+        raise PolicyRefusal(f"client '{ctx.client_id}' takes rows as a flat uint64 array of tokens, got "
+                            f"{rows.dtype} of shape {rows.shape}")
     at = np.minimum(np.searchsorted(tokens, rows), len(tokens) - 1)
     if len(np.unique(rows)) != len(rows) or not (tokens[at] == rows).all():
         raise PolicyRefusal(f"client '{ctx.client_id}' counts only rows it holds, each once; the request "
                             "names others or repeats one")
     ctx.require_rows(len(rows), "co-occurrence counts")
     ctx.state[COUNTED] = True
+    binding = hashlib.sha256(np.sort(rows).tobytes() + repr(weights).encode()).digest()
     order = np.argsort(keyed_hashes(ctx, (f"order\x00{t}" for t in rows.tolist())))
-    masked = ctx.state[LABELS][at[order]] * np.uint64(weight) + cancelling_masks(ctx, parties, rows[order])
+    weight = np.uint64(weights[parties.index(ctx.client_id)])
+    masked = ctx.state[LABELS][at[order]] * weight + cancelling_masks(ctx, rows[order], binding)
     return Message("cooccurrence", {"masked": masked})
 
 

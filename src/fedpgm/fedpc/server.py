@@ -154,11 +154,15 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
                               "lower --clusters")
         per_client[c] = ({}, {"shared": shared, "own": own, "clusters": clusters, "learner": learner,
                               "params": params, "send": placement == "server",
-                              "memberships": glue_how == "aligned",
+                              "memberships": glue_how == "aligned" and bool(own),
                               "whole": glue_how == "aligned" and smoothing != 0})
     server_cpu = time.process_time() - server_cpu
-    if glue_how == "aligned" and len(per_client) > 1:  # the key of the row tokens, unknown to this server
-        share_secret(fed, list(per_client))
+    if glue_how == "aligned":  # the key of the row tokens and masks, unknown to this server
+        clustering = [c for c, (_, cfg) in per_client.items() if cfg["own"]]
+        if len(clustering) < 2:
+            raise FedpgmError("aligned gluing needs at least two clients with columns of their own (vertical or "
+                              "hybrid); use --glue random")
+        share_secret(fed, clustering)
     replies = fed.broadcast("fit", clients=list(per_client), per_client=per_client).require(min_clients)
     shared_spaces = {j for j, (_, holders) in enumerate(spaces) if len(holders) > 1}
     if len(replies) < len(per_client):  # a quorum went on: the shared subspace's holders shrink
@@ -188,7 +192,7 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     alt_sizes = [[sum(components[i]["n"] for i in a.components) for a in alts] for alts in alternatives]
     counts, product = None, None
     if glue_how == "aligned":
-        tuples = cooccurrence(fed, replies, spaces)
+        tuples = cooccurrence(fed, replies, spaces, clustering)
         counts = dict(Counter(map(tuple, tuples.tolist())))
         product = product_weight(tuples) if smoothing is None else \
             smoothing * len(counts) / (len(tuples) + smoothing * len(counts))
@@ -226,17 +230,15 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
                  components=dense_circuits if dense else None)
 
 
-def cooccurrence(fed: Federation, replies: dict, spaces, timeout: float | None = None) -> np.ndarray:
+def cooccurrence(fed: Federation, replies: dict, spaces, parties: list[str]) -> np.ndarray:
     """(rows, subspaces) the tuples of cluster indices of the rows every clustering client holds
     (0 for a shared subspace), in an order no one but the parties can link to a row, learned
     without any party's cluster indices: the rows are the intersection of the parties' row tokens
     (``fedpgm.federation.secret``), each party sends its indices times its radix weight plus masks
     that cancel over the parties, in an order of keyed hashes (``fedpc.client.cooccurrence``),
-    and the sum gives each row's tuple in that order."""
-    clustering = [(j, holders[0]) for j, (_names, holders) in enumerate(spaces) if len(holders) == 1]
-    if not clustering:
-        return np.zeros((0, len(spaces)), dtype=np.int64)
-    parties = [c for _, c in clustering]
+    and the sum gives each row's tuple in that order. ``parties``: the clustering clients in the
+    order the run's secret was dealt to them."""
+    space_of = {holders[0]: j for j, (_names, holders) in enumerate(spaces) if len(holders) == 1}
     rows = replies[parties[0]].arrays["memberships/ids"]
     for c in parties[1:]:
         rows = np.intersect1d(rows, replies[c].arrays["memberships/ids"])
@@ -248,13 +250,12 @@ def cooccurrence(fed: Federation, replies: dict, spaces, timeout: float | None =
         raise FedpgmError(f"aligned gluing's {'x'.join(map(str, radix))} cluster tuples do not fit a 64-bit "
                           "count key; lower --clusters")
     weights = [int(np.prod(radix[:i], dtype=np.int64)) for i in range(len(parties))]
-    per = {c: ({"rows": rows}, {"parties": parties, "weight": w}) for c, w in zip(parties, weights)}
-    masked = fed.broadcast("cooccurrence", clients=parties, per_client=per, timeout=timeout).require_all()
+    masked = fed.broadcast("cooccurrence", {"rows": rows.astype(np.uint64)}, {"weights": weights},
+                           clients=parties).require_all()
     total = np.zeros(len(rows), dtype=np.uint64)
     for c in parties:
         total = total + masked[c].arrays["masked"].astype(np.uint64)  # (wraps mod 2**64: the masks cancel)
-    digits = [(total // np.uint64(w)) % np.uint64(k) for w, k in zip(weights, radix)]
     tuples = np.zeros((len(rows), len(spaces)), dtype=np.int64)
-    for (j, _), d in zip(clustering, digits):
-        tuples[:, j] = d
+    for c, w, k in zip(parties, weights, radix):
+        tuples[:, space_of[c]] = (total // np.uint64(w)) % np.uint64(k)
     return tuples
