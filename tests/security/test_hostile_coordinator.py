@@ -10,6 +10,7 @@ from scipy.stats import chisquare
 from fedpgm.data import load_dataset, partition
 from fedpgm.data.partition import ClientData, Partition
 from fedpgm.data.policy import ClientPolicy
+from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation, align_rows
 from fedpgm.federation.handlers import ALIGNED
 from fedpgm.federation.psi import blob, parse, psi_module
@@ -207,6 +208,25 @@ def test_cooccurrence_counts_reach_the_coordinator_but_no_partys_cluster_indices
     desynced = parts["client-0"].arrays["masked"][:n] + parts["client-1"].arrays["masked"][:n] + \
         parts["client-2"].arrays["masked"][:n]
     assert uniform(desynced) and (desynced >= np.uint64(27)).mean() > 0.99
+
+
+def test_the_server_refuses_counts_whose_masks_did_not_cancel(cancer):
+    """A party that holds another deal's key (the coordinator relayed two deals) makes the sum
+    noise; the honest server says so instead of gluing on garbage counts."""
+    from fedpgm.fedpc.server import cooccurrence
+    from fedpgm.federation.secret import SECRET, share_secret
+
+    part = partition(cancer, "vertical", 3, seed=0)
+    names = [c.client_id for c in part.clients]
+    per = {c.client_id: ({}, {"shared": [], "own": c.schema.names, "clusters": 2, "learner": "learnspn",
+                              "params": {"min_instances_slice": 100}, "send": True, "memberships": True})
+           for c in part.clients}
+    with InProcessFederation(part, FEDPC, mode="sequential") as fed:
+        share_secret(fed, names)
+        fits = fed.broadcast("fit", clients=names, per_client=per).require_all()
+        fed.contexts["client-2"].state[SECRET] = np.arange(32, dtype=np.uint8)
+        with pytest.raises(FedpgmError, match="did not cancel"):
+            cooccurrence(fed, fits, [(c.schema.names, [c.client_id]) for c in part.clients], names)
 
 
 # -- differencing: statistics only over a fixed row set, never a server-chosen subset --------------

@@ -127,7 +127,7 @@ def keyed_hashes(ctx: ClientContext, texts) -> np.ndarray:
 
 def row_tokens(ctx: ClientContext, ids) -> np.ndarray:
     """(rows,) uint64 keyed hashes of row ``ids`` under the run's shared secret."""
-    return keyed_hashes(ctx, (str(i) for i in ids))
+    return keyed_hashes(ctx, (f"row\x00{i}" for i in ids))
 
 
 def cancelling_masks(ctx: ClientContext, tokens: np.ndarray, binding: bytes) -> np.ndarray:

@@ -304,7 +304,7 @@ def cooccurrence(request: Message, ctx: ClientContext) -> Message:
     ctx.require_rows(len(rows), "co-occurrence counts")
     ctx.state[COUNTED] = True
     binding = hashlib.sha256(np.sort(rows).tobytes() + repr(weights).encode()).digest()
-    order = np.argsort(keyed_hashes(ctx, (f"order\x00{t}" for t in rows.tolist())))
+    order = np.argsort(keyed_hashes(ctx, (f"order\x00{binding.hex()}\x00{t}" for t in rows.tolist())))
     weight = np.uint64(weights[parties.index(ctx.client_id)])
     masked = ctx.state[LABELS][at[order]] * weight + cancelling_masks(ctx, rows[order], binding)
     return Message("cooccurrence", {"masked": masked})

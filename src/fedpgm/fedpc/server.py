@@ -255,6 +255,9 @@ def cooccurrence(fed: Federation, replies: dict, spaces, parties: list[str]) -> 
     total = np.zeros(len(rows), dtype=np.uint64)
     for c in parties:
         total = total + masked[c].arrays["masked"].astype(np.uint64)  # (wraps mod 2**64: the masks cancel)
+    if (total >= np.uint64(int(np.prod(radix, dtype=np.int64)))).any():
+        raise FedpgmError("aligned gluing's masked cluster indices did not cancel (a party answered for other "
+                          "rows, weights or parties than the others); start a new run")
     tuples = np.zeros((len(rows), len(spaces)), dtype=np.int64)
     for c, w, k in zip(parties, weights, radix):
         tuples[:, space_of[c]] = (total // np.uint64(w)) % np.uint64(k)
