@@ -20,8 +20,9 @@ it without code of its own:
   its own); past it every request is refused, which bounds what repeated questions can extract.
 - ``require_secure_aggregation`` (default off): model updates leave only as shares of a secure
   sum (SecAgg+) over at least ``min_cohort`` clients; a plain training request is refused.
-- ``memberships`` (default on): FedPC's aligned gluing may send each row's cluster index under a
-  token only the parties can make (once per run); off, such a request is refused.
+- ``memberships`` (default on): FedPC's aligned gluing may use the client's clusters (its row
+  tokens, and once per run its cluster indices masked so that only their sum over the parties is
+  readable: docs/security.md); off, such a request is refused and ``auto`` gluing is random.
 - ``audit`` (default on): the privacy audit (``fedpgm.federation.privacy``) checks every reply
   against the client's own table before it leaves; a reply that carries rows is refused.
 """
@@ -56,7 +57,7 @@ class ClientPolicy:
     require_secure_aggregation: bool = False
     min_cohort: int = 2  # clients a secure sum must have for this client to add to it
     max_psi_ids: int = 10_000_000  # ids another party's PSI request may hold
-    memberships: bool = True  # FedPC aligned gluing: send each row's cluster index under a pseudonym
+    memberships: bool = True  # FedPC aligned gluing: masked cluster indices (their sum: a histogram)
 
     def __post_init__(self) -> None:
         if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
