@@ -7,10 +7,10 @@
   client's own subspace, its rows clustered by k-means on those columns only and one circuit per
   cluster (with ``whole``, one more on all its rows). The circuits are kept in the client's work
   folder; the reply carries them (structure JSON in the config, packed parameters as arrays)
-  only for server placement. With aligned
-  gluing the reply also carries the set of the client's row tokens (hashes of its row ids under a
-  key the parties share and the coordinator does not know, ``fedpgm.federation.secret``), so the
-  server can find the rows every clustering party holds; no cluster index.
+  only for server placement. With aligned gluing the reply also carries the set of the client's
+  row tokens (hashes of its row ids under a key the parties share and the coordinator does not
+  know, ``fedpgm.federation.secret``), so the server can find the rows every clustering party
+  holds; no cluster index.
 - ``cooccurrence`` (aligned gluing): for those shared rows, each row's cluster index times a
   weight plus masks that cancel over the parties, in an order only the parties can derive. The
   server's sum over the parties is the rows' tuples of cluster indices in an order it cannot link
@@ -76,8 +76,8 @@ def warm_up(folder: Path) -> None:
 
 HANDLERS = HandlerSet("fedpc", warm_up=warm_up)
 FOLDER = "fedpc"
-MEMBERSHIPS = "fedpc/memberships_sent"  # state: this run's clustering for aligned gluing is done
-TOKENS, LABELS = "fedpc/tokens", "fedpc/labels"  # state: (rows,) sorted row tokens, their cluster indices
+TOKENS, LABELS = "fedpc/tokens", "fedpc/labels"  # state: this run's clustering for aligned gluing: (rows,)
+# sorted row tokens and their cluster indices
 COUNTED = "fedpc/cooccurrence_sent"  # state: this run's masked cluster indices have left
 BIG = 10**9  # a row count no table reaches: "no upper bound" for row settings
 
@@ -224,7 +224,7 @@ def fit(request: Message, ctx: ClientContext) -> Message:
         if not ctx.policy.memberships:
             raise PolicyRefusal(f"client '{ctx.client_id}' sends no per-row cluster memberships (its policy); "
                                 "use --glue random or combinatorial")
-        if ctx.state.get(MEMBERSHIPS):  # rows out of their cluster means (453 of 455 values, 62 fits)
+        if TOKENS in ctx.state:  # rows out of their cluster means (453 of 455 values, 62 fits)
             raise PolicyRefusal(f"client '{ctx.client_id}' sends cluster memberships once per run; start a new run")
         if SECRET not in ctx.state or not cfg["own"]:  # (checked first: a refused fit leaves no mark)
             raise PolicyRefusal(f"client '{ctx.client_id}' clusters for aligned gluing only columns of its own, "
@@ -270,7 +270,6 @@ def fit(request: Message, ctx: ClientContext) -> Message:
             tokens = row_tokens(ctx, ctx.data.train.index)
             order = np.argsort(tokens)  # (in token order: a row's place says nothing of its id)
             ctx.state[TOKENS], ctx.state[LABELS] = tokens[order], labels[order].astype(np.uint64)
-            ctx.state[MEMBERSHIPS] = True
             arrays["memberships/ids"] = tokens[order]
     ctx.state["fedpc_keys"] = [e["key"] for e in entries]
     return Message("fit", arrays, {"circuits": entries, "seconds": time.process_time() - start})
