@@ -33,6 +33,7 @@ def test_secure_sum_masks_each_vector_and_survives_a_dropout(tmp_path):
     np.testing.assert_allclose(out["plain_sum"], truth, atol=0)
     np.testing.assert_allclose(out["sum"], truth, atol=2 * 2 * CLIP / 2**22)  # two clients' quantization
     assert sorted(out["masked"]) == ["client-0", "client-2"]  # the dropped client sent nothing
+    assert out["signed"] == ["client-0", "client-2"]  # each survivor signed the request it was sent
     for c, (weight, vector) in out["masked"].items():
         # what the server saw is a uniform draw mod 2^32, not the client's quantized values
         plain = np.round((np.asarray(VECTORS[c]) + CLIP) / (2 * CLIP) * 2**22)

@@ -359,7 +359,7 @@ def test_a_policy_requiring_secure_aggregation_refuses_plain_updates(cancer):
     for c in part.clients:
         c.policy = ClientPolicy(require_secure_aggregation=True, min_cohort=3)
     with InProcessFederation(part, "fedpgm.federation.diagnostics:HANDLERS", mode="sequential") as fed:
-        plain = fed.send("client-0", "contribute", {"v": np.ones(3)})
+        plain = fed.send("client-0", "contribute", {"v/client-0": np.ones(3)})
         echo = fed.send("client-0", "echo", {"x": np.ones(3)})  # not an update: answered
     refused(plain, "client-0", "only as shares of a secure sum")
     assert not echo.failures

@@ -121,8 +121,8 @@ class Federation(ABC):
         clients to be reachable again. Here a dead client cannot come back, so no wait."""
         return None
 
-    def secure_sum(self, name: str, order: list[str], requests: dict[str, tuple[dict, dict]],
-                   threshold: float = 0.5) -> tuple[list[np.ndarray], dict[str, dict]]:
+    def secure_sum(self, name: str, order: list[str],
+                   requests: dict[str, tuple[dict, dict]]) -> tuple[list[np.ndarray], dict[str, dict]]:
         """The sum of the clients' ``name`` reply arrays (in ``order``) without the server seeing
         any one of them, and each survivor's reply config (``fedpgm.federation.secagg``)."""
         raise FedpgmError("secure aggregation (Flower's SecAgg+) needs separate parties holding their own "

@@ -11,7 +11,7 @@ import time
 from typing import Sequence
 
 from fedpgm.federation.codec import Message
-from fedpgm.federation.contract import NOTHING, Array, Contract, Flag, Float, Int, Text
+from fedpgm.federation.contract import NOTHING, Array, Contract, Float, Int, ListOf, Text
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 
 HANDLERS = HandlerSet("diagnostics")
@@ -46,24 +46,27 @@ def remember(request: Message, ctx: ClientContext) -> Message:
     return Message("remember", config={"count": ctx.state["count"]})
 
 
-@HANDLERS.train("contribute", Contract({"fail": Flag()}, arrays={"v": Array("f")}, update=True))
+@HANDLERS.train("contribute", Contract({"fail": ListOf(Text())}, arrays={"v/*": Array("f")}, update=True))
 def contribute(request: Message, ctx: ClientContext) -> Message:
-    """Returns the vector ``v`` the server chose for this client (or fails if ``fail`` is set):
-    the operand of secure-sum checks, never client data."""
-    if request.config.get("fail"):
+    """Returns the vector ``v/CLIENT`` the server chose for this client (or fails if it is named in
+    ``fail``): the operand of secure-sum checks, never client data. Every client is sent the same
+    request, as the members of a secure sum insist (``fedpgm.federation.secagg_guard``)."""
+    if ctx.client_id in request.config.get("fail", []):
         raise RuntimeError("failing on request")
-    return Message("contribute", {"v": request.arrays["v"]}, {"client": ctx.client_id})
+    return Message("contribute", {"v": request.arrays[f"v/{ctx.client_id}"]}, {"client": ctx.client_id})
 
 
 def secure_sum_probe(fed, vectors: dict[str, list[float]], fail: Sequence[str] = (), repeats: int = 1) -> dict:
     """Server procedure: the sum of ``vectors`` (client -> values) by SecAgg+ and in the clear,
     ``repeats`` times each (seconds of each), with the survivors (clients in ``fail`` drop out),
-    the masked vectors the server saw and the bytes of each kind of round."""
+    the masked vectors the server saw, the parties that signed the request they were sent and the
+    bytes of each kind of round."""
     import time
 
     import numpy as np
 
-    requests = {c: ({"v": np.asarray(v, dtype=np.float64)}, {"fail": c in fail}) for c, v in vectors.items()}
+    arrays = {f"v/{c}": np.asarray(v, dtype=np.float64) for c, v in vectors.items()}
+    requests = {c: (arrays, {"fail": list(fail)}) for c in vectors}
     secure, plain = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -77,6 +80,7 @@ def secure_sum_probe(fed, vectors: dict[str, list[float]], fail: Sequence[str] =
     return {"sum": sums[0].tolist(), "plain_sum": clear.tolist(), "survivors": sorted(replies),
             "secure_s": secure, "plain_s": plain, "left_out": fed.left_out_report(),
             "masked": {c: [a.tolist() for a in v] for c, v in fed.secagg_view.items()},
+            "signed": fed.secagg_signers,
             "secure_bytes": by_name.get("contribute/secagg", 0) // repeats,
             "plain_bytes": by_name.get("contribute", 0) // repeats}
 

@@ -60,7 +60,6 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict  # noqa: E402
 from flwr.app import Message as FlowerMessage  # noqa: E402
-from flwr.client.mod import secaggplus_mod  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
 
@@ -79,6 +78,7 @@ from fedpgm.federation.runtime import load_handlers  # noqa: E402
 from fedpgm.federation.identity import Identity  # noqa: E402
 from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
 from fedpgm.federation.pki import fingerprint  # noqa: E402
+from fedpgm.federation.secagg_guard import guarded_secaggplus  # noqa: E402
 
 HELLO = "fedpgm_hello"
 NODE_UNAVAILABLE = 5  # flwr.common.constant.ErrorCode.NODE_UNAVAILABLE
@@ -186,13 +186,13 @@ class FlowerFederation(Federation):
         while time.monotonic() < until and not nodes <= set(self.grid.get_node_ids()):
             time.sleep(1.0)
 
-    def secure_sum(self, name, order, requests, threshold=0.5):
+    def secure_sum(self, name, order, requests):
         """By SecAgg+ (``fedpgm.federation.secagg``): the server sees masked vectors only."""
         from fedpgm.federation.secagg import secure_sum
 
         if self.context is None:
             raise FedpgmError("a secure sum needs the ServerApp's context; create the federation with it")
-        return secure_sum(self, self.context, name, order, requests, threshold, self.timeout)
+        return secure_sum(self, self.context, name, order, requests, self.timeout)
 
     def log(self, text: str) -> None:
         print(f"fedpgm: {text}", flush=True)  # the ServerApp's output is what `flwr run` streams
@@ -360,6 +360,14 @@ def node_config(context: Context) -> dict:
     return nc
 
 
+def node_party(context: Context) -> tuple[str, ClientPolicy, Identity | None]:
+    """This node's client id, its policy and its party identity (None without a roster)."""
+    nc = node_config(context)
+    cid = str(nc.get("client-id", ""))
+    identity = Identity.load(cid, str(nc["identity"]), str(nc["roster"])) if "identity" in nc else None
+    return cid, ClientPolicy.from_node_config(nc), identity
+
+
 def node_context(context: Context) -> ClientContext:
     """This SuperNode's client id, its data (its own CSV only) and its state from disk."""
     nc = node_config(context)
@@ -369,15 +377,13 @@ def node_context(context: Context) -> ClientContext:
     schema_path = Path(str(nc["schema"]))
     doc = json.loads(schema_path.read_text())
     schema = Schema.from_dict(doc["schema"] if "clients" in doc else doc)
-    cid = str(nc["client-id"])
+    cid, policy, identity = node_party(context)
     train = load_client_csv(str(nc["data"]), cid, schema)
     test_path = Path(str(nc["data"])).with_suffix(".test.csv")
     test = load_client_csv(test_path, cid, schema) if test_path.is_file() else None
     workdir = Path(str(nc["workdir"])) / f"run-{context.run_id}"  # state is per run
     entry: dict = next((e for e in doc.get("clients", []) if e.get("id") == cid), {})
-    data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}),
-                      ClientPolicy.from_node_config(nc))
-    identity = Identity.load(cid, str(nc["identity"]), str(nc["roster"])) if "identity" in nc else None
+    data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}), policy)
     return ClientContext(cid, data, workdir, load_state(workdir), identity=identity)
 
 
@@ -428,9 +434,10 @@ def route(msg: FlowerMessage, context: Context) -> FlowerMessage:
     return FlowerMessage(to_record(payload), reply_to=msg)
 
 
-@client_app.train(mods=[secaggplus_mod])
+@client_app.train(mods=[guarded_secaggplus(node_party)])
 def secure_route(msg: FlowerMessage, context: Context) -> FlowerMessage:
-    """Flower's SecAgg+ rounds (message type ``train``, masked by ``secaggplus_mod``): the fedpgm
+    """Flower's SecAgg+ rounds (message type ``train``, masked by ``secaggplus_mod`` behind the
+    client's checks, ``fedpgm.federation.secagg_guard``): the fedpgm
     request inside runs through the same handlers, policy and audit as any other."""
     from fedpgm.federation.secagg import client_reply
 

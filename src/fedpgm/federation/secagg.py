@@ -31,7 +31,7 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.common import (Code, FitIns, FitRes, Status, bytes_to_ndarray, ndarrays_to_parameters,
                          parameters_to_ndarrays)
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from flwr.server import ServerConfig
 from flwr.server.strategy import Strategy
 from flwr.serverapp import Grid
@@ -43,9 +43,8 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import ClientFailure
 from fedpgm.federation.codec import CodecError, Message, decode, encode
+from fedpgm.federation.secagg_guard import ATTEST, CLIP, MODULUS, PARTY, QUANTIZATION, REQUEST
 
-CLIP = 8.0  # SecAgg+'s clipping range: every value a client adds lies in [-CLIP, CLIP]
-REQUEST = "fedpgm-request"  # FitIns config: the fedpgm request (codec bytes)
 REPLY = "fedpgm-reply"  # FitRes metrics: the reply's config as JSON (counts and names, no arrays)
 
 
@@ -109,20 +108,28 @@ class OneSum:
 
 class CountingGrid:
     """The grid, with the payload bytes of every message the workflow sends or receives counted
-    in the federation's ledger (as ``NAME/secagg``), and the server's view of each client's
-    vector (``masked``: what arrived, masked, in the collect stage) kept for inspection."""
+    in the federation's ledger (as ``NAME/secagg``), the server's view of each client's vector
+    (``masked``: what arrived, masked, in the collect stage) kept for inspection, and the nodes'
+    signatures relayed (``fedpgm.federation.secagg_guard``): of their keys (setup) to the share-keys
+    stage, of their requests (collect) to the unmask stage."""
+
+    RELAY = {Stage.SHARE_KEYS: Stage.SETUP, Stage.UNMASK: Stage.COLLECT_MASKED_VECTORS}
 
     def __init__(self, grid, ledger, label: str, client_of: dict[int, str]) -> None:
         self.grid, self.ledger, self.label, self.client_of = grid, ledger, label, client_of
         self.masked: dict[str, list[np.ndarray]] = {}
+        self.signed: dict[str, dict[str, list[str]]] = {}  # stage -> node id -> [party, signature]
 
     def __getattr__(self, name):
         return getattr(self.grid, name)
 
     def send_and_receive(self, messages, *, timeout=None):
         messages = list(messages)
+        stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS][Key.STAGE]) if messages else ""
         self.ledger.new_round()
         for m in messages:
+            if self.signed.get(self.RELAY.get(stage, "")):
+                m.content.config_records[RECORD_KEY_CONFIGS][ATTEST] = json.dumps(self.signed[self.RELAY[stage]])
             self.ledger.record("down", self.client_of.get(m.metadata.dst_node_id, "?"), self.label,
                                content_bytes(m.content))
         replies = list(self.grid.send_and_receive(messages, timeout=timeout))
@@ -133,6 +140,9 @@ class CountingGrid:
                 configs = r.content.config_records.get(RECORD_KEY_CONFIGS, {})
                 if Key.MASKED_PARAMETERS in configs:
                     self.masked[client] = [bytes_to_ndarray(b) for b in configs[Key.MASKED_PARAMETERS]]
+                if ATTEST in configs:
+                    self.signed.setdefault(stage, {})[str(r.metadata.src_node_id)] = [str(configs[PARTY]),
+                                                                                     str(configs[ATTEST])]
         return replies
 
 
@@ -148,14 +158,14 @@ def content_bytes(content: RecordDict) -> int:
     return total
 
 
-def secure_sum(fed, context: Context, name: str, order: list[str],
-               requests: dict[str, tuple[dict, dict]], threshold: float = 0.5,
+def secure_sum(fed, context: Context, name: str, order: list[str], requests: dict[str, tuple[dict, dict]],
                timeout: float | None = None) -> tuple[list[np.ndarray], dict[str, dict]]:
     """One SecAgg+ round over ``requests`` (client -> (arrays, config) of its ``name`` request):
     the sum of the survivors' reply arrays, in ``order``, and each survivor's reply config.
     Clients that fail are recorded as left out of ``name``; with fewer survivors than the
-    reconstruction threshold, ``FedpgmError``. ``fed.secagg_view`` keeps the masked vectors the
-    server received."""
+    reconstruction threshold (a strict majority), ``FedpgmError``. ``fed.secagg_view`` keeps the
+    masked vectors the server received, ``fed.secagg_signers`` the parties that signed the request they were
+    sent (``fedpgm.federation.secagg_guard``; none where clients have no party identity)."""
     fitins = {}
     for c, (arrays, config) in requests.items():
         data = encode(Message(name, arrays, {**config, "secure_order": order, "client": c}))
@@ -167,16 +177,19 @@ def secure_sum(fed, context: Context, name: str, order: list[str],
         ndarrays_to_parameters([]), keep_input=True)
     if len(requests) < 2:
         raise FedpgmError(f"a secure sum needs at least 2 clients (3 to survive a dropout), got {len(requests)}")
-    # every client shares its keys with all others; ``threshold`` of them (at least 2) unmask
-    workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=float(threshold), max_weight=1.0,
-                                  clipping_range=CLIP, timeout=timeout)
+    # every client shares its keys with all others; a strict majority of them (at least 2) unmask,
+    # as every client insists (``secagg_guard``): no two disjoint groups can rebuild one node's secrets
+    workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=len(requests) // 2 + 1, max_weight=1.0,
+                                  clipping_range=CLIP, quantization_range=QUANTIZATION, modulus_range=MODULUS,
+                                  timeout=timeout)
     grid = CountingGrid(fed.grid, fed.ledger, f"{name}/secagg", {v: k for k, v in fed.node_of.items()})
     fed.log(f"secure sum: '{name}' from {len(requests)} client(s) by SecAgg+")
     workflow(cast(Grid, grid), legacy)  # (a Grid that counts bytes: the methods the workflow calls)
     fed.secagg_view = grid.masked
+    fed.secagg_signers = sorted(party for party, _ in grid.signed.get(Stage.COLLECT_MASKED_VECTORS, {}).values())
     if strategy.sum is None:
         raise FedpgmError(f"the secure sum of '{name}' did not complete: too few of its {len(requests)} "
-                          f"clients stayed to unmask it (at least {threshold:.0%} of them, and 2, must)")
+                          f"clients stayed to unmask it (more than half of them, and 2, must)")
     for c in requests:
         if c not in strategy.replies:
             fed.left_out[c] = ClientFailure(c, name, "error", "dropped out of the secure sum")

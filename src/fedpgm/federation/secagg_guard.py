@@ -1,0 +1,208 @@
+"""A client's checks around Flower's SecAgg+ client mod, so that a malicious coordinator cannot
+open one client's vector from a secure sum (``guarded_secaggplus``).
+
+Flower 1.41's ``secaggplus_mod`` is secure against an honest-but-curious server only: it takes
+the protocol's parameters from the server and, in the unmask stage, reveals for every node the
+server lists as active its share of that node's private mask seed and for every node listed as
+dropped its share of that node's masking key, without checking the lists. A server that lists a
+node as both (or asks half of the nodes one way and half the other) collects both secrets of that
+node and reads its vector alone (``tests/security/test_secure_sum_hostile.py`` does it). The
+server may also run the sum with nodes of its own, or send each client a different request (a
+different model, total or sparsity) so that the others' addends are ones it knows.
+
+Each client therefore checks, before Flower's mod runs a stage:
+
+- **setup**: the quantization is fedpgm's (``CLIP``, ``QUANTIZATION``, ``MODULUS``, weight 1),
+  not the server's; every sampled node shares with every other; at least the policy's
+  ``min_cohort`` nodes; a reconstruction threshold ``t`` of a strict majority (2t > shares, and
+  t >= 2). A node's two secrets are each split into shares with threshold ``t``, one per node, and
+  a node gives out one of the two shares it holds of each other node; so reading both secrets
+  of one node needs 2t share holders, more than there are. The node signs its two fresh SecAgg+
+  public keys with its party key (``fedpgm.federation.identity``) and the server relays the
+  signatures.
+- **share keys**: every neighbour's public keys are signed by a distinct party on the roster
+  (no node of the coordinator's own gets a share), at least ``min_cohort`` of them.
+- **collect** (the request itself): the node signs a digest of the request it was sent (all of
+  it but its own name: the model, the round's total rows and cohort, every setting).
+- **unmask**: the active and dropped lists hold no repeats, do not meet, hold only neighbours and
+  this node among the active; at least the threshold and ``min_cohort`` are active, and every
+  active neighbour signed the same request digest as this node's. Anything else: no share leaves.
+
+A client without a party identity (no roster) makes the checks that need none. Why by hand:
+Flower's mod has no hook for these checks, and the checks are fedpgm's policy, not SecAgg+'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Callable, cast
+
+import numpy as np
+from flwr.app import ConfigRecord, Context
+from flwr.app import Message as FlowerMessage
+from flwr.client.mod import secaggplus_mod
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
+import flwr.compat.common.recorddict_compat as compat
+
+from fedpgm.data.policy import ClientPolicy, PolicyRefusal
+from fedpgm.federation.codec import CodecError, decode
+from fedpgm.federation.identity import Identity
+
+CLIP = 8.0  # every value a client adds lies in [-CLIP, CLIP]
+QUANTIZATION = 1 << 22  # levels over [-CLIP, CLIP]
+MODULUS = 1 << 32  # the masked sum's modulus
+REQUEST = "fedpgm-request"  # FitIns config: the fedpgm request (codec bytes)
+ATTEST = "fedpgm-attest"  # reply: this node's signature; request: {node id: [party, signature hex]}
+PARTY = "fedpgm-party"  # reply: this node's party (client id)
+STATE = "fedpgm-secagg"  # the node's record of the sum: threshold, neighbours' parties and keys
+
+Party = Callable[[Context], tuple[str, ClientPolicy, Identity | None]]
+
+
+def request_digest(raw: bytes) -> bytes:
+    """SHA-256 of a secure-sum request (codec bytes) without the recipient's name: every member of
+    an honest sum was sent the same."""
+    try:
+        request = decode(raw)
+    except CodecError as e:
+        raise PolicyRefusal(f"a secure-sum request that does not decode ({e})") from None
+    config = {k: v for k, v in request.config.items() if k != "client"}
+    h = hashlib.sha256(request.name.encode() + b"\x00" + json.dumps(config, sort_keys=True, default=str).encode())
+    for name in sorted(request.arrays):
+        a = np.ascontiguousarray(request.arrays[name])
+        h.update(f"\x00{name}\x00{a.dtype.str}\x00{a.shape}\x00".encode() + a.tobytes())
+    return h.digest()
+
+
+def guarded_secaggplus(party: Party):
+    """Flower's ``secaggplus_mod`` behind this module's checks; ``party(context)`` gives the
+    node's client id, policy and identity (None without a roster)."""
+
+    def mod(msg: FlowerMessage, context: Context, call_next) -> FlowerMessage:
+        configs = msg.content.config_records.get(RECORD_KEY_CONFIGS)
+        if configs is None or Key.STAGE not in configs:
+            return secaggplus_mod(msg, context, call_next)  # (Flower's mod refuses it by name)
+        client, policy, identity = party(context)
+        guard = Guard(client, policy, identity, context, msg.metadata.dst_node_id)
+        stage = str(configs[Key.STAGE])
+        relayed = str(configs.pop(ATTEST, "{}"))
+        if stage == Stage.SETUP:
+            guard.setup(configs)
+        elif stage == Stage.SHARE_KEYS:
+            guard.share_keys(configs, relayed)
+        elif stage == Stage.COLLECT_MASKED_VECTORS:
+            fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+            guard.record["digest"] = request_digest(cast(bytes, fitins.config.get(REQUEST, b""))).hex()
+        elif stage == Stage.UNMASK:
+            guard.unmask(configs, relayed)
+        reply = secaggplus_mod(msg, context, call_next)
+        out = reply.content.config_records[RECORD_KEY_CONFIGS]
+        if stage == Stage.SETUP:
+            guard.record["pk"] = json.dumps([cast(bytes, out[k]).hex() for k in (Key.PUBLIC_KEY_1, Key.PUBLIC_KEY_2)])
+        guard.attest(stage, out)
+        context.state.config_records[STATE] = ConfigRecord(dict(guard.record))
+        return reply
+
+    return mod
+
+
+class Guard:
+    """One node's checks of one stage, and its record of the sum so far."""
+
+    def __init__(self, client: str, policy: ClientPolicy, identity: Identity | None, context: Context,
+                 node: int) -> None:
+        self.client, self.policy, self.identity, self.node = client, policy, identity, node
+        self.run = str(context.run_id)
+        self.record = {k: str(v) for k, v in context.state.config_records.get(STATE, ConfigRecord({})).items()}
+
+    def refuse(self, why: str) -> PolicyRefusal:
+        return PolicyRefusal(f"client '{self.client}' refuses a secure sum: {why}")
+
+    def signed(self, relayed: str, nid: int) -> tuple[str, np.ndarray]:
+        """The party and signature the server relayed for node ``nid``; refused if there is none."""
+        try:
+            party, signature = json.loads(relayed)[str(nid)]
+            return str(party), np.frombuffer(bytes.fromhex(str(signature)), np.uint8)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise self.refuse(f"node {nid}'s message is signed by no party on its roster") from None
+
+    def setup(self, configs) -> None:
+        self.record.clear()
+        fixed = {Key.CLIPPING_RANGE: CLIP, Key.TARGET_RANGE: QUANTIZATION, Key.MOD_RANGE: MODULUS,
+                 Key.MAX_WEIGHT: 1.0}
+        for key, value in fixed.items():
+            if configs.get(key) != value:
+                raise self.refuse(f"its '{key}' is fedpgm's {value}, not the server's {configs.get(key)!r}")
+        sampled, shares, threshold = (int(configs[k]) for k in (Key.SAMPLE_NUMBER, Key.SHARE_NUMBER, Key.THRESHOLD))
+        if sampled < max(2, self.policy.min_cohort):
+            raise self.refuse(f"{sampled} node(s), fewer than its policy's min_cohort {self.policy.min_cohort}")
+        if shares != sampled:
+            raise self.refuse(f"every node shares with every other ({sampled}), not with {shares}")
+        if not 2 <= threshold or 2 * threshold <= shares:
+            raise self.refuse(f"a reconstruction threshold of {threshold} of {shares} shares is not a strict "
+                              "majority: two disjoint groups could each rebuild one of a node's two secrets")
+        self.record = {"threshold": str(threshold), "parties": "{}", "keys": "{}"}
+
+    def share_keys(self, configs, relayed: str) -> None:
+        if "threshold" not in self.record:
+            raise self.refuse("keys shared before a setup it accepted")
+        keys = {int(k): (bytes(v[0]), bytes(v[1])) for k, v in configs.items() if k != Key.STAGE}
+        if self.node not in keys:
+            raise self.refuse("its own keys are not among the neighbours'")
+        if len(keys) < max(int(self.record["threshold"]), self.policy.min_cohort):
+            raise self.refuse(f"{len(keys)} neighbour(s), fewer than the threshold or min_cohort")
+        parties: dict[int, str] = {}
+        if self.identity is not None:
+            for nid, (pk1, pk2) in keys.items():
+                party, signature = self.signed(relayed, nid)
+                self.identity.verify(party, signature, *self.keys_statement(nid, pk1, pk2))
+                parties[nid] = party
+            if len(set(parties.values())) != len(parties) or parties[self.node] != self.client:
+                raise self.refuse("one party signs for two nodes, or another party for this node")
+        self.record.update(parties=json.dumps({str(k): v for k, v in parties.items()}),
+                           keys=json.dumps({str(k): v[0].hex() for k, v in keys.items()}))
+
+    def unmask(self, configs, relayed: str) -> None:
+        if "digest" not in self.record:
+            raise self.refuse("asked to unmask before it added a vector")
+        active, dead = (list(configs.get(k, [])) for k in (Key.ACTIVE_NODE_ID_LIST, Key.DEAD_NODE_ID_LIST))
+        neighbours = {int(k) for k in json.loads(str(self.record["keys"]))}
+        if len(set(active)) != len(active) or len(set(dead)) != len(dead) or set(active) & set(dead):
+            raise self.refuse("a node listed twice, or as both active and dropped, would have both its "
+                              "secrets revealed")
+        if not set(active) | set(dead) <= neighbours or self.node not in active:
+            raise self.refuse("the lists name nodes it shares no keys with, or not this node as active")
+        if len(active) < max(int(self.record["threshold"]), self.policy.min_cohort):
+            raise self.refuse(f"{len(active)} active node(s), fewer than the threshold or its policy's "
+                              f"min_cohort {self.policy.min_cohort}")
+        if self.identity is None:
+            return
+        parties, keys = json.loads(str(self.record["parties"])), json.loads(str(self.record["keys"]))
+        mine = bytes.fromhex(str(self.record["digest"]))
+        for nid in active:
+            party, signature = self.signed(relayed, nid)
+            if party != parties[str(nid)]:
+                raise self.refuse(f"node {nid} is party '{parties[str(nid)]}', not '{party}'")
+            try:
+                self.identity.verify(party, signature,
+                                     *self.request_statement(nid, bytes.fromhex(keys[str(nid)]), mine))
+            except PolicyRefusal:
+                raise self.refuse(f"node {nid} ('{party}') did not sign the request this node was sent: "
+                                  "members were sent different models or settings") from None
+
+    def attest(self, stage: str, out) -> None:
+        """Sign this node's keys (setup) or its request (collect) into the reply ``out``."""
+        if self.identity is None or stage not in (Stage.SETUP, Stage.COLLECT_MASKED_VECTORS):
+            return
+        pk1, pk2 = (bytes.fromhex(k) for k in json.loads(str(self.record["pk"])))
+        parts = (self.keys_statement(self.node, pk1, pk2) if stage == Stage.SETUP else
+                 self.request_statement(self.node, pk1, bytes.fromhex(str(self.record["digest"]))))
+        out[PARTY] = self.client
+        out[ATTEST] = bytes(self.identity.sign(*parts)).hex()
+
+    def keys_statement(self, nid: int, pk1: bytes, pk2: bytes) -> tuple:
+        return ("secagg-keys", self.run, str(nid), np.frombuffer(pk1, np.uint8), np.frombuffer(pk2, np.uint8))
+
+    def request_statement(self, nid: int, pk1: bytes, digest: bytes) -> tuple:
+        return ("secagg-request", self.run, str(nid), np.frombuffer(pk1, np.uint8), np.frombuffer(digest, np.uint8))
