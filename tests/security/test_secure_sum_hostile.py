@@ -4,103 +4,37 @@ client's checks (``fedpgm.federation.secagg_guard``) that and the other server l
 
 Everything runs in-process: the real ``SecAggPlusWorkflow`` and fedpgm's ``secure_sum`` on the
 server side, the real mods and fedpgm's ``client_reply`` on each node, with a grid that hands each
-message (copied, as the wire would) to its node, and a hostile grid that rewrites messages."""
+message (copied, as the wire would) to its node, and a hostile grid that rewrites messages
+(``fedpgm.federation.secagg_local``)."""
 
-import copy
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from flwr.app import Context, Message, RecordDict
-from flwr.client.mod import secaggplus_mod
-from flwr.common.secure_aggregation.crypto.shamir import combine_shares
-from flwr.common.secure_aggregation.quantization import dequantize
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
-from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen
 from flwr.common import bytes_to_ndarray
+from flwr.common.secure_aggregation.crypto.shamir import combine_shares
 from flwr.common.secure_aggregation.crypto.symmetric_encryption import generate_shared_key
+from flwr.common.secure_aggregation.quantization import dequantize
+from flwr.common.secure_aggregation.secaggplus_constants import Key, Stage
+from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen
 from flwr.supercore.primitives.asymmetric import bytes_to_private_key, bytes_to_public_key
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.errors import FedpgmError
-from fedpgm.federation.codec import Message as FedMessage
-from fedpgm.federation.identity import Identity
-from fedpgm.federation.ledger import Ledger
-from fedpgm.federation.secagg import secure_sum, client_reply
-from fedpgm.federation.secagg_guard import CLIP, MODULUS, QUANTIZATION, guarded_secaggplus
+from fedpgm.federation.secagg_guard import CLIP, MODULUS, QUANTIZATION
+from fedpgm.federation.secagg_local import local_federation, local_secure_sum
 
 VECTORS = {"client-0": [0.5, -1.25, 3.0], "client-1": [1.0, 2.0, -0.75], "client-2": [0.125, 0.25, 7.5],
-           "client-3": [-2.0, 0.5, 1.5]}
+           "client-3": [-2.0, 0.5, 1.5], "client-4": [0.75, -0.5, 2.0]}
 STEP = 2 * CLIP / QUANTIZATION  # one quantization level
 
 
-class Node:
-    """One SuperNode: its context, its mod (Flower's alone, or behind fedpgm's checks) and a
-    ``contribute`` handler that adds the vector the request names for it."""
-
-    def __init__(self, client: str, nid: int, identity: Identity | None, guarded: bool, policy: ClientPolicy):
-        self.client, self.refusals = client, []
-        self.context = Context(run_id=7, node_id=nid, node_config={}, state=RecordDict(), run_config={})
-        self.mod = guarded_secaggplus(lambda ctx: (client, policy, identity)) if guarded else secaggplus_mod
-
-    def handle(self, msg: Message) -> Message:
-        def call_next(m, ctx):
-            return client_reply(m, lambda request: FedMessage("contribute", {"v": request.arrays[f"v/{self.client}"]}))
-        try:
-            return self.mod(msg, self.context, call_next)
-        except Exception as e:  # a node's failure reaches the server as an error reply
-            self.refusals.append(str(e))
-            from flwr.app import Error
-            return Message(Error(code=0, reason=str(e)), reply_to=msg)
-
-
-class LocalGrid:
-    """Routes each message, copied as the wire would, to its node; ``tamper(stage, nid, configs)``
-    lets a hostile server rewrite what it sends."""
-
-    def __init__(self, nodes: dict[int, Node], tamper=None):
-        self.nodes, self.tamper = nodes, tamper
-        self.replies: dict[str, dict[int, dict]] = {}  # stage -> node -> reply configs
-
-    def send_and_receive(self, messages, *, timeout=None):
-        out = []
-        for m in messages:
-            content = copy.deepcopy(m.content)
-            configs = content.config_records[RECORD_KEY_CONFIGS]
-            stage, nid = str(configs[Key.STAGE]), m.metadata.dst_node_id
-            if self.tamper:
-                self.tamper(stage, nid, configs)
-            reply = self.nodes[nid].handle(Message(content, dst_node_id=nid, message_type=m.metadata.message_type,
-                                                   group_id=m.metadata.group_id))
-            if reply.has_content():
-                self.replies.setdefault(stage, {})[nid] = dict(reply.content.config_records[RECORD_KEY_CONFIGS])
-            out.append(reply)
-        return out
-
-
-def federation(clients: list[str], guarded: bool = True, tamper=None, sybil: str | None = None,
-               policy: ClientPolicy | None = None):
-    """A federation object as ``secure_sum`` needs it, over in-process nodes (node ids 101, 102, ...);
-    ``sybil``: a node of the server's own under that name, with keys no roster holds."""
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 7, 0, 0
-    identities = Identity.generate([c for c in clients if c != sybil])
-    if sybil:
-        identities[sybil] = None
-    node_of = {c: 101 + i for i, c in enumerate(clients)}
-    nodes = {node_of[c]: Node(c, node_of[c], identities[c], guarded, policy or ClientPolicy()) for c in clients}
-    grid = LocalGrid(nodes, tamper)
-    fed = SimpleNamespace(node_of=node_of, grid=grid, ledger=Ledger(), log=lambda text: None, left_out={},
-                          secagg_view={})
-    return fed, nodes
+def federation(clients: list[str], **kw):
+    return local_federation(clients, **kw)
 
 
 def run(fed, clients: list[str], configs: dict[str, dict] | None = None):
-    arrays = {f"v/{c}": np.asarray(v) for c, v in VECTORS.items() if c in clients}
-    requests = {c: (arrays, (configs or {}).get(c, {"round": 1})) for c in clients}
-    context = Context(run_id=7, node_id=0, node_config={}, state=RecordDict(), run_config={})
-    return secure_sum(fed, context, "contribute", ["v"], requests)
+    return local_secure_sum(fed, {c: VECTORS.get(c, [0.0, 0.0, 0.0]) for c in clients}, configs)
 
 
 def refusals(nodes) -> str:
@@ -164,7 +98,7 @@ def test_flowers_own_mod_gives_a_node_listed_active_and_dropped_away_and_fedpgms
             np.testing.assert_allclose(stolen, VECTORS["client-0"], atol=STEP)
         else:
             assert stolen is None
-            assert "both active and dropped" in refusals(nodes)
+            assert "none as dropped" in refusals(nodes)
             assert not any(Key.SHARE_LIST in r for r in fed.grid.replies.get(Stage.UNMASK, {}).values())
 
 
@@ -182,7 +116,7 @@ def test_a_server_sending_members_different_requests_gets_no_share():
 
 def test_a_node_of_the_servers_own_gets_no_share():
     clients = ["client-0", "client-1", "sybil"]
-    fed, nodes = federation(clients, sybil="sybil")
+    fed, nodes = federation(clients, outsider="sybil")
     with pytest.raises(FedpgmError):
         run(fed, clients)
     assert "signed by no party on its roster" in refusals(nodes)
@@ -210,16 +144,16 @@ def test_protocol_parameters_are_fedpgms_not_the_servers(key, value, words):
     assert Stage.SHARE_KEYS not in fed.grid.replies
 
 
-def test_unmask_needs_the_policys_cohort_and_only_neighbours():
+def test_unmask_needs_every_member_once_and_the_policys_cohort():
     clients = ["client-0", "client-1", "client-2", "client-3"]
-    for active, words in (([101, 102, 103, 999], "shares no keys"), ([101, 102, 103, 103], "listed twice")):
+    for active in ([101, 102, 103, 999], [101, 102, 103, 103], [101, 102, 103]):
         def tamper(stage, nid, configs, active=active):
             if stage == Stage.UNMASK:
                 configs[Key.ACTIVE_NODE_ID_LIST] = active
         fed, nodes = federation(clients, tamper=tamper)
         with pytest.raises(FedpgmError):
             run(fed, clients)
-        assert words in refusals(nodes)
+        assert "every member added to, each listed once" in refusals(nodes)
     fed, nodes = federation(clients, policy=ClientPolicy(min_cohort=5))
     with pytest.raises(FedpgmError):
         run(fed, clients)
@@ -238,3 +172,54 @@ def test_the_relay_cannot_swap_a_nodes_signature():
     with pytest.raises(FedpgmError):
         run(fed, clients)
     assert "signature does not verify" in refusals(nodes)
+
+
+def test_a_second_sum_of_the_same_request_without_one_member_gets_nothing():
+    """Differencing: the sum over {0, 1, 2}, then the same request over {0, 1}, would give client-2's
+    vector; a node adds to one sum of a request per run. A new request is answered."""
+    clients = ["client-0", "client-1", "client-2"]
+    fed, nodes = federation(clients)
+    first, _ = run(fed, clients)
+    with pytest.raises(FedpgmError, match="did not complete"):
+        local_secure_sum(fed, {c: VECTORS[c] for c in clients}, members=clients[:2])
+    assert "once per run" in refusals(nodes)
+    again, _ = run(fed, clients, {c: {"round": 2} for c in clients})
+    np.testing.assert_allclose(again[0], first[0], atol=6 * STEP)
+
+
+def test_a_member_that_drops_out_fails_the_sum_and_a_new_one_runs_among_the_rest():
+    clients = ["client-0", "client-1", "client-2"]
+    fed, nodes = federation(clients)
+    sums, replies = run(fed, clients, {c: {"fail": ["client-1"]} for c in clients})
+    np.testing.assert_allclose(sums[0], np.add(VECTORS["client-0"], VECTORS["client-2"]), atol=2 * STEP)
+    assert sorted(replies) == ["client-0", "client-2"] and sorted(fed.left_out) == ["client-1"]
+    assert fed.secagg_signers == ["client-0", "client-2"]
+    # the first sum's members refused to unmask it without client-1: no share of a key left
+    assert "none as dropped" in refusals(nodes) and "failing on request" in refusals(nodes)
+
+
+def test_shares_withheld_from_a_member_or_lists_that_differ_by_node_give_no_key_share():
+    """The review's attacks on the first version of the checks: the victim gets share ciphertexts
+    from too few partners (then the partners are listed dropped where their key shares are held),
+    or each node gets its own active/dropped lists; both opened one vector with 5 nodes."""
+    clients = [f"client-{i}" for i in range(5)]
+
+    def withhold(stage, nid, configs):
+        if stage == Stage.COLLECT_MASKED_VECTORS and nid == 101:
+            configs[Key.CIPHERTEXT_LIST] = list(configs[Key.CIPHERTEXT_LIST])[:2]
+            configs[Key.SOURCE_LIST] = list(configs[Key.SOURCE_LIST])[:2]
+
+    def own_lists(stage, nid, configs):
+        if stage == Stage.UNMASK:
+            others = [n for n in range(101, 106) if n != nid]
+            configs[Key.ACTIVE_NODE_ID_LIST] = [nid, 101] if nid != 101 else [101, 102, 103]
+            configs[Key.DEAD_NODE_ID_LIST] = [n for n in others if n not in configs[Key.ACTIVE_NODE_ID_LIST]]
+    fed, nodes = federation(clients, tamper=withhold)
+    sums, replies = run(fed, clients)  # client-0 refuses to add; the sum runs again without it
+    assert "from every neighbour" in refusals(nodes) and sorted(fed.left_out) == ["client-0"]
+    np.testing.assert_allclose(sums[0], np.sum([VECTORS[c] for c in clients[1:]], axis=0), atol=4 * STEP)
+    fed, nodes = federation(clients, tamper=own_lists)
+    with pytest.raises(FedpgmError, match="did not complete"):
+        run(fed, clients)
+    assert "none as dropped" in refusals(nodes)
+    assert not any(Key.SHARE_LIST in reply for reply in fed.grid.replies.get(Stage.UNMASK, {}).values())

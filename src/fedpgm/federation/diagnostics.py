@@ -46,7 +46,8 @@ def remember(request: Message, ctx: ClientContext) -> Message:
     return Message("remember", config={"count": ctx.state["count"]})
 
 
-@HANDLERS.train("contribute", Contract({"fail": ListOf(Text())}, arrays={"v/*": Array("f")}, update=True))
+@HANDLERS.train("contribute", Contract({"fail": ListOf(Text()), "repeat": Int(0, 10**6)}, arrays={"v/*": Array("f")},
+                                        update=True))
 def contribute(request: Message, ctx: ClientContext) -> Message:
     """Returns the vector ``v/CLIENT`` the server chose for this client (or fails if it is named in
     ``fail``): the operand of secure-sum checks, never client data. Every client is sent the same
@@ -66,9 +67,9 @@ def secure_sum_probe(fed, vectors: dict[str, list[float]], fail: Sequence[str] =
     import numpy as np
 
     arrays = {f"v/{c}": np.asarray(v, dtype=np.float64) for c, v in vectors.items()}
-    requests = {c: (arrays, {"fail": list(fail)}) for c in vectors}
     secure, plain = [], []
-    for _ in range(repeats):
+    for repeat in range(repeats):  # (each repeat its own request: a client adds to one sum of a request)
+        requests = {c: (arrays, {"fail": list(fail), "repeat": repeat}) for c in vectors}
         t0 = time.perf_counter()
         sums, replies = fed.secure_sum("contribute", ["v"], requests)
         secure.append(time.perf_counter() - t0)

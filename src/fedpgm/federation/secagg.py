@@ -119,6 +119,7 @@ class CountingGrid:
         self.grid, self.ledger, self.label, self.client_of = grid, ledger, label, client_of
         self.masked: dict[str, list[np.ndarray]] = {}
         self.signed: dict[str, dict[str, list[str]]] = {}  # stage -> node id -> [party, signature]
+        self.answered: dict[str, set[str]] = {}  # stage -> clients that answered it
 
     def __getattr__(self, name):
         return getattr(self.grid, name)
@@ -137,6 +138,7 @@ class CountingGrid:
             if r.has_content():
                 client = self.client_of.get(r.metadata.src_node_id, "?")
                 self.ledger.record("up", client, self.label, content_bytes(r.content))
+                self.answered.setdefault(stage, set()).add(client)
                 configs = r.content.config_records.get(RECORD_KEY_CONFIGS, {})
                 if Key.MASKED_PARAMETERS in configs:
                     self.masked[client] = [bytes_to_ndarray(b) for b in configs[Key.MASKED_PARAMETERS]]
@@ -144,6 +146,16 @@ class CountingGrid:
                     self.signed.setdefault(stage, {})[str(r.metadata.src_node_id)] = [str(configs[PARTY]),
                                                                                      str(configs[ATTEST])]
         return replies
+
+
+    def stayed(self, clients: list[str]) -> list[str]:
+        """Of ``clients``, those that answered the first stage some did not: the members a new sum
+        can have after this one failed (the rest refused before it, or dropped out)."""
+        for stage in Stage.all():
+            answered = self.answered.get(stage, set())
+            if not set(clients) <= answered:
+                return sorted(answered & set(clients))
+        return list(clients)
 
 
 def content_bytes(content: RecordDict) -> int:
@@ -160,12 +172,32 @@ def content_bytes(content: RecordDict) -> int:
 
 def secure_sum(fed, context: Context, name: str, order: list[str], requests: dict[str, tuple[dict, dict]],
                timeout: float | None = None) -> tuple[list[np.ndarray], dict[str, dict]]:
-    """One SecAgg+ round over ``requests`` (client -> (arrays, config) of its ``name`` request):
-    the sum of the survivors' reply arrays, in ``order``, and each survivor's reply config.
-    Clients that fail are recorded as left out of ``name``; with fewer survivors than the
-    reconstruction threshold (a strict majority), ``FedpgmError``. ``fed.secagg_view`` keeps the
-    masked vectors the server received, ``fed.secagg_signers`` the parties that signed the request they were
-    sent (``fedpgm.federation.secagg_guard``; none where clients have no party identity)."""
+    """A SecAgg+ sum over ``requests`` (client -> (arrays, config) of its ``name`` request): the sum
+    of the members' reply arrays, in ``order``, and each member's reply config. A sum completes only
+    if every member adds to it (``secagg_guard``); where some drop out, a new sum starts among the
+    rest, and those that failed are recorded as left out of ``name``; with fewer than 2 left,
+    ``FedpgmError``. ``fed.secagg_view`` keeps the masked vectors the server received in the last
+    sum, ``fed.secagg_signers`` the parties that signed the request they were sent (none where
+    clients have no party identity)."""
+    if len(requests) < 2:
+        raise FedpgmError(f"a secure sum needs at least 2 clients (3 to survive a dropout), got {len(requests)}")
+    strategy, grid = one_secure_sum(fed, context, name, order, requests, timeout)
+    if strategy.sum is None:
+        members = grid.stayed(list(requests))
+        if not 2 <= len(members) < len(requests):
+            raise FedpgmError(f"the secure sum of '{name}' did not complete: fewer than 2 of its {len(requests)} "
+                              "clients stayed in it, or they refused it")
+        for c in set(requests) - set(members):
+            fed.left_out[c] = ClientFailure(c, name, "error", "dropped out of the secure sum")
+        fed.log(f"secure sum: '{name}' again without {sorted(set(requests) - set(members))}")
+        return secure_sum(fed, context, name, order, {c: requests[c] for c in members}, timeout)
+    return strategy.sum, strategy.replies
+
+
+def one_secure_sum(fed, context: Context, name: str, order: list[str], requests: dict[str, tuple[dict, dict]],
+                   timeout: float | None) -> tuple[OneSum, CountingGrid]:
+    """One run of Flower's SecAgg+ workflow over ``requests``: its strategy (``sum``: None if it
+    did not complete) and its grid (who answered each stage)."""
     fitins = {}
     for c, (arrays, config) in requests.items():
         data = encode(Message(name, arrays, {**config, "secure_order": order, "client": c}))
@@ -175,10 +207,8 @@ def secure_sum(fed, context: Context, name: str, order: list[str], requests: dic
     legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: 1})
     legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
         ndarrays_to_parameters([]), keep_input=True)
-    if len(requests) < 2:
-        raise FedpgmError(f"a secure sum needs at least 2 clients (3 to survive a dropout), got {len(requests)}")
-    # every client shares its keys with all others; a strict majority of them (at least 2) unmask,
-    # as every client insists (``secagg_guard``): no two disjoint groups can rebuild one node's secrets
+    # every client shares its keys with all others, and a strict majority of them is the threshold,
+    # as every client insists (``secagg_guard``)
     workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=len(requests) // 2 + 1, max_weight=1.0,
                                   clipping_range=CLIP, quantization_range=QUANTIZATION, modulus_range=MODULUS,
                                   timeout=timeout)
@@ -187,10 +217,4 @@ def secure_sum(fed, context: Context, name: str, order: list[str], requests: dic
     workflow(cast(Grid, grid), legacy)  # (a Grid that counts bytes: the methods the workflow calls)
     fed.secagg_view = grid.masked
     fed.secagg_signers = sorted(party for party, _ in grid.signed.get(Stage.COLLECT_MASKED_VECTORS, {}).values())
-    if strategy.sum is None:
-        raise FedpgmError(f"the secure sum of '{name}' did not complete: too few of its {len(requests)} "
-                          f"clients stayed to unmask it (more than half of them, and 2, must)")
-    for c in requests:
-        if c not in strategy.replies:
-            fed.left_out[c] = ClientFailure(c, name, "error", "dropped out of the secure sum")
-    return strategy.sum, strategy.replies
+    return strategy, grid

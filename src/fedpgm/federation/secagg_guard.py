@@ -5,28 +5,33 @@ Flower 1.41's ``secaggplus_mod`` is secure against an honest-but-curious server 
 the protocol's parameters from the server and, in the unmask stage, reveals for every node the
 server lists as active its share of that node's private mask seed and for every node listed as
 dropped its share of that node's masking key, without checking the lists. A server that lists a
-node as both (or asks half of the nodes one way and half the other) collects both secrets of that
-node and reads its vector alone (``tests/security/test_secure_sum_hostile.py`` does it). The
-server may also run the sum with nodes of its own, or send each client a different request (a
-different model, total or sparsity) so that the others' addends are ones it knows.
+node as both, or gives different nodes different lists, or withholds some partners' shares from
+a node, collects a seed and the masking keys that open one node's vector alone
+(``tests/security/test_secure_sum_hostile.py``). The server may also run the sum with nodes of
+its own, or send each client a different request (a different model, total or sparsity) so that
+the others' addends are ones it knows.
 
 Each client therefore checks, before Flower's mod runs a stage:
 
 - **setup**: the quantization is fedpgm's (``CLIP``, ``QUANTIZATION``, ``MODULUS``, weight 1),
   not the server's; every sampled node shares with every other; at least the policy's
   ``min_cohort`` nodes; a reconstruction threshold ``t`` of a strict majority (2t > shares, and
-  t >= 2). A node's two secrets are each split into shares with threshold ``t``, one per node, and
-  a node gives out one of the two shares it holds of each other node; so reading both secrets
-  of one node needs 2t share holders, more than there are. The node signs its two fresh SecAgg+
-  public keys with its party key (``fedpgm.federation.identity``) and the server relays the
-  signatures.
+  t >= 2), so that fewer than ``t`` colluding members cannot rebuild a node's masking key from
+  the shares they hold. The node signs its two fresh SecAgg+ public keys with its party key
+  (``fedpgm.federation.identity``) and the server relays the signatures.
 - **share keys**: every neighbour's public keys are signed by a distinct party on the roster
   (no node of the coordinator's own gets a share), at least ``min_cohort`` of them.
-- **collect** (the request itself): the node signs a digest of the request it was sent (all of
-  it but its own name: the model, the round's total rows and cohort, every setting).
-- **unmask**: the active and dropped lists hold no repeats, do not meet, hold only neighbours and
-  this node among the active; at least the threshold and ``min_cohort`` are active, and every
-  active neighbour signed the same request digest as this node's. Anything else: no share leaves.
+- **collect** (the request itself): shares came from every neighbour, once each; the node signs
+  a digest of the request it was sent (all of it but its own name: the model, the round's total
+  rows and cohort, every setting).
+- **unmask**: every member is listed active, once, and none dropped, so a node gives out shares of
+  the members' mask seeds only, never of their masking keys (with which, beside a seed, a server
+  opens one member's vector: Flower's mod gives both for a node listed active and dropped, and
+  lists that differ from node to node do it too); every member signed the same request digest
+  as this node's; a node unmasks one sum of a request per run (two sums of one request whose
+  members differ by one node would give that node's vector by difference). Anything else: no
+  share leaves. A member that drops out therefore fails the sum; the server starts a new one
+  among the members left (``fedpgm.federation.secagg``), whose masks share nothing with the old.
 
 A client without a party identity (no roster) makes the checks that need none. Why by hand:
 Flower's mod has no hook for these checks, and the checks are fedpgm's policy, not SecAgg+'s.
@@ -34,7 +39,6 @@ Flower's mod has no hook for these checks, and the checks are fedpgm's policy, n
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Callable, cast
 
@@ -47,7 +51,7 @@ import flwr.compat.common.recorddict_compat as compat
 
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.federation.codec import CodecError, decode
-from fedpgm.federation.identity import Identity
+from fedpgm.federation.identity import Identity, digest
 
 CLIP = 8.0  # every value a client adds lies in [-CLIP, CLIP]
 QUANTIZATION = 1 << 22  # levels over [-CLIP, CLIP]
@@ -55,24 +59,24 @@ MODULUS = 1 << 32  # the masked sum's modulus
 REQUEST = "fedpgm-request"  # FitIns config: the fedpgm request (codec bytes)
 ATTEST = "fedpgm-attest"  # reply: this node's signature; request: {node id: [party, signature hex]}
 PARTY = "fedpgm-party"  # reply: this node's party (client id)
-STATE = "fedpgm-secagg"  # the node's record of the sum: threshold, neighbours' parties and keys
+STATE = "fedpgm-secagg"  # the node's record: the sum's threshold, neighbours' parties and keys; requests added
 
 Party = Callable[[Context], tuple[str, ClientPolicy, Identity | None]]
 
 
 def request_digest(raw: bytes) -> bytes:
-    """SHA-256 of a secure-sum request (codec bytes) without the recipient's name: every member of
-    an honest sum was sent the same."""
+    """SHA-256 (``identity.digest``: length-prefixed parts) of a secure-sum request (codec bytes)
+    without the recipient's name: every member of an honest sum was sent the same."""
     try:
         request = decode(raw)
     except CodecError as e:
         raise PolicyRefusal(f"a secure-sum request that does not decode ({e})") from None
     config = {k: v for k, v in request.config.items() if k != "client"}
-    h = hashlib.sha256(request.name.encode() + b"\x00" + json.dumps(config, sort_keys=True, default=str).encode())
+    parts: list = ["secagg-request", request.name, json.dumps(config, sort_keys=True)]
     for name in sorted(request.arrays):
         a = np.ascontiguousarray(request.arrays[name])
-        h.update(f"\x00{name}\x00{a.dtype.str}\x00{a.shape}\x00".encode() + a.tobytes())
-    return h.digest()
+        parts += [name, a.dtype.str, json.dumps(a.shape), np.frombuffer(a.tobytes(), np.uint8)]
+    return digest(*parts)
 
 
 def guarded_secaggplus(party: Party):
@@ -93,7 +97,7 @@ def guarded_secaggplus(party: Party):
             guard.share_keys(configs, relayed)
         elif stage == Stage.COLLECT_MASKED_VECTORS:
             fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
-            guard.record["digest"] = request_digest(cast(bytes, fitins.config.get(REQUEST, b""))).hex()
+            guard.collect(configs, request_digest(cast(bytes, fitins.config.get(REQUEST, b""))))
         elif stage == Stage.UNMASK:
             guard.unmask(configs, relayed)
         reply = secaggplus_mod(msg, context, call_next)
@@ -128,7 +132,8 @@ class Guard:
             raise self.refuse(f"node {nid}'s message is signed by no party on its roster") from None
 
     def setup(self, configs) -> None:
-        self.record.clear()
+        added = self.record.get("added", "[]")
+        self.record = {"added": added}
         fixed = {Key.CLIPPING_RANGE: CLIP, Key.TARGET_RANGE: QUANTIZATION, Key.MOD_RANGE: MODULUS,
                  Key.MAX_WEIGHT: 1.0}
         for key, value in fixed.items():
@@ -142,7 +147,7 @@ class Guard:
         if not 2 <= threshold or 2 * threshold <= shares:
             raise self.refuse(f"a reconstruction threshold of {threshold} of {shares} shares is not a strict "
                               "majority: two disjoint groups could each rebuild one of a node's two secrets")
-        self.record = {"threshold": str(threshold), "parties": "{}", "keys": "{}"}
+        self.record.update(threshold=str(threshold), parties="{}", keys="{}")
 
     def share_keys(self, configs, relayed: str) -> None:
         if "threshold" not in self.record:
@@ -163,33 +168,42 @@ class Guard:
         self.record.update(parties=json.dumps({str(k): v for k, v in parties.items()}),
                            keys=json.dumps({str(k): v[0].hex() for k, v in keys.items()}))
 
+    def collect(self, configs, request: bytes) -> None:
+        """Before this node adds its vector: shares came from every neighbour, once each (a node
+        masked with fewer is one whose partners' keys could be asked for)."""
+        neighbours = {int(k) for k in json.loads(self.record.get("keys", "{}"))} - {self.node}
+        sources = [int(x) for x in configs.get(Key.SOURCE_LIST, [])]
+        if "threshold" not in self.record or len(sources) != len(set(sources)) or set(sources) != neighbours:
+            raise self.refuse("its shares must come from every neighbour it shared keys with, once each")
+        self.record["digest"] = request.hex()
+
     def unmask(self, configs, relayed: str) -> None:
+        """Before this node gives out its shares of the members' mask seeds (never of their keys)."""
         if "digest" not in self.record:
             raise self.refuse("asked to unmask before it added a vector")
         active, dead = (list(configs.get(k, [])) for k in (Key.ACTIVE_NODE_ID_LIST, Key.DEAD_NODE_ID_LIST))
-        neighbours = {int(k) for k in json.loads(str(self.record["keys"]))}
-        if len(set(active)) != len(active) or len(set(dead)) != len(dead) or set(active) & set(dead):
-            raise self.refuse("a node listed twice, or as both active and dropped, would have both its "
-                              "secrets revealed")
-        if not set(active) | set(dead) <= neighbours or self.node not in active:
-            raise self.refuse("the lists name nodes it shares no keys with, or not this node as active")
-        if len(active) < max(int(self.record["threshold"]), self.policy.min_cohort):
-            raise self.refuse(f"{len(active)} active node(s), fewer than the threshold or its policy's "
-                              f"min_cohort {self.policy.min_cohort}")
-        if self.identity is None:
-            return
-        parties, keys = json.loads(str(self.record["parties"])), json.loads(str(self.record["keys"]))
-        mine = bytes.fromhex(str(self.record["digest"]))
-        for nid in active:
-            party, signature = self.signed(relayed, nid)
-            if party != parties[str(nid)]:
-                raise self.refuse(f"node {nid} is party '{parties[str(nid)]}', not '{party}'")
-            try:
-                self.identity.verify(party, signature,
-                                     *self.request_statement(nid, bytes.fromhex(keys[str(nid)]), mine))
-            except PolicyRefusal:
-                raise self.refuse(f"node {nid} ('{party}') did not sign the request this node was sent: "
-                                  "members were sent different models or settings") from None
+        members = {int(k) for k in json.loads(self.record["keys"])}
+        if dead or len(set(active)) != len(active) or set(active) != members:
+            raise self.refuse("it unmasks only a sum that every member added to, each listed once and none "
+                              "as dropped (a dropped node's key shares would open a member's vector)")
+        added = json.loads(self.record.get("added", "[]"))
+        if self.record["digest"] in added:
+            raise self.refuse("it unmasks one sum of a request, once per run (two sums of one request that "
+                              "differ by one member give that member's vector)")
+        if self.identity is not None:
+            parties, keys = json.loads(self.record["parties"]), json.loads(self.record["keys"])
+            mine = bytes.fromhex(self.record["digest"])
+            for nid in active:
+                party, signature = self.signed(relayed, nid)
+                if party != parties[str(nid)]:
+                    raise self.refuse(f"node {nid} is party '{parties[str(nid)]}', not '{party}'")
+                try:
+                    self.identity.verify(party, signature,
+                                         *self.request_statement(nid, bytes.fromhex(keys[str(nid)]), mine))
+                except PolicyRefusal:
+                    raise self.refuse(f"node {nid} ('{party}') did not sign the request this node was sent: "
+                                      "members were sent different models or settings") from None
+        self.record["added"] = json.dumps(added + [self.record["digest"]])
 
     def attest(self, stage: str, out) -> None:
         """Sign this node's keys (setup) or its request (collect) into the reply ``out``."""
