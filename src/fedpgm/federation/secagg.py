@@ -2,12 +2,13 @@
 the clients' vectors, never one client's vector.
 
 ``secure_sum(federation, name, ...)`` asks each client to run its handler ``name`` and add the
-reply's arrays (named by ``order``) into a sum that only the survivors' masks cancel out of.
+reply's arrays (named by ``order``) into a sum that only the members' masks cancel out of.
 Flower's own pieces do the cryptography: the server runs ``SecAggPlusWorkflow`` (setup, share
 keys, collect masked vectors, unmask: 4 round trips), the ClientApp's ``secaggplus_mod`` masks
-the reply of the ``train`` route below. A client that drops out after sharing its keys is
-recovered by the others' shares (``reconstruction_threshold`` of them); the sum is then over
-the survivors, whom the result names.
+the reply of the ``train`` route below, behind each client's checks (``secagg_guard``). A sum
+completes only if every member adds to it (a client gives out no share of a dropped member's
+key, which would let a malicious server open a member's vector), so where members drop out a new
+sum starts among the rest, with fresh keys and masks; the result names its members.
 
 SecAgg+ sums integers: each value a client adds must lie in [-``CLIP``, ``CLIP``] (the
 client refuses otherwise, so nothing is clipped silently) and is quantized to 2^22 levels over
