@@ -38,7 +38,8 @@ class LocalNode:
 
     def __init__(self, client: str, node_id: int, identity: Identity | None, guarded: bool,
                  policy: ClientPolicy) -> None:
-        self.client, self.refusals = client, []
+        self.client = client
+        self.refusals: list[str] = []
         self.context = Context(run_id=RUN, node_id=node_id, node_config={}, state=RecordDict(), run_config={})
         self.mod = guarded_secaggplus(lambda ctx: (client, policy, identity)) if guarded else secaggplus_mod
 
