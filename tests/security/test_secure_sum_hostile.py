@@ -110,7 +110,7 @@ def test_a_server_sending_members_different_requests_gets_no_share():
     configs = {c: {"round": 1 if c == "client-0" else 2} for c in clients}
     with pytest.raises(FedpgmError, match="did not complete"):
         run(fed, clients, configs)
-    assert "did not sign the request this node was sent" in refusals(nodes)
+    assert "did not sign the request and the members this node was sent" in refusals(nodes)
     assert not any(Key.SHARE_LIST in r for r in fed.grid.replies.get(Stage.UNMASK, {}).values())
 
 
@@ -124,7 +124,7 @@ def test_a_node_of_the_servers_own_gets_no_share():
 
 
 @pytest.mark.parametrize("key, value, words", [
-    (Key.THRESHOLD, 2, "not a strict majority"),  # 4 nodes, threshold 2: two disjoint halves
+    (Key.THRESHOLD, 3, "needs every member's share"),  # 3 of 4: a sum opened without one member
     (Key.CLIPPING_RANGE, 1e6, "fedpgm's 8.0"),  # others' values quantized away
     (Key.MAX_WEIGHT, 1e-6, "fedpgm's 1.0"),
     (Key.SAMPLE_NUMBER, 1, "min_cohort"),
@@ -194,8 +194,7 @@ def test_a_member_that_drops_out_fails_the_sum_and_a_new_one_runs_among_the_rest
     np.testing.assert_allclose(sums[0], np.add(VECTORS["client-0"], VECTORS["client-2"]), atol=2 * STEP)
     assert sorted(replies) == ["client-0", "client-2"] and sorted(fed.left_out) == ["client-1"]
     assert fed.secagg_signers == ["client-0", "client-2"]
-    # the first sum's members refused to unmask it without client-1: no share of a key left
-    assert "none as dropped" in refusals(nodes) and "failing on request" in refusals(nodes)
+    assert "failing on request" in refusals(nodes)
 
 
 def test_shares_withheld_from_a_member_or_lists_that_differ_by_node_give_no_key_share():
@@ -223,3 +222,40 @@ def test_shares_withheld_from_a_member_or_lists_that_differ_by_node_give_no_key_
         run(fed, clients)
     assert "none as dropped" in refusals(nodes)
     assert not any(Key.SHARE_LIST in reply for reply in fed.grid.replies.get(Stage.UNMASK, {}).values())
+
+
+def test_a_sum_opens_only_if_every_member_unmasks_it():
+    """The second review's attacks: sums of one request opened by different subsets of members
+    (neighbour sets that differ by node, or a colluder's shares beside two members') gave one
+    vector by difference. Every seed now needs every member's share."""
+    clients = ["client-0", "client-1", "client-2"]
+
+    def withhold_unmask(stage, nid, configs):
+        return not (stage == Stage.UNMASK and nid == 103)
+    fed, nodes = federation(clients, tamper=withhold_unmask)
+    with pytest.raises(FedpgmError, match="did not complete"):
+        run(fed, clients)
+    assert len(fed.grid.replies[Stage.UNMASK]) == 2  # two members unmasked: their seed shares are not enough
+
+    def own_members(stage, nid, configs):  # node 101 is told of two members only, the others of three
+        if stage == Stage.SETUP and nid == 101:
+            configs[Key.SAMPLE_NUMBER] = configs[Key.SHARE_NUMBER] = configs[Key.THRESHOLD] = 2
+        if stage == Stage.SHARE_KEYS and nid == 101:
+            configs.pop("103")
+    fed, nodes = federation(clients, tamper=own_members)
+    with pytest.raises(FedpgmError):
+        run(fed, clients)
+    assert not any(Key.SHARE_LIST in r for r in fed.grid.replies.get(Stage.UNMASK, {}).values())
+
+
+def test_the_secure_route_answers_nothing_outside_a_sums_stages():
+    """The second review's bypass: Flower's mod hands any message type but "train" (e.g.
+    "train.default", which Flower routes to the same function) to the route unmasked."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    fed, nodes = federation(["client-0", "client-1"])
+    node = nodes[101]
+    for kind, content in (("train.default", RecordDict({"fitins.config": ConfigRecord({})})),
+                          ("train", RecordDict({"fitins.config": ConfigRecord({})}))):
+        reply = node.handle(Message(content, dst_node_id=101, message_type=kind, group_id="1"))
+        assert reply.has_error() and "only as a stage of a SecAgg+ sum" in reply.error.reason

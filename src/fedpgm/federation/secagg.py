@@ -184,6 +184,10 @@ def secure_sum(fed, context: Context, name: str, order: list[str], requests: dic
         raise FedpgmError(f"a secure sum needs at least 2 clients (3 to survive a dropout), got {len(requests)}")
     strategy, grid = one_secure_sum(fed, context, name, order, requests, timeout)
     if strategy.sum is None:
+        if Stage.UNMASK in grid.answered:  # those who unmasked this request do not unmask it again
+            raise FedpgmError(f"the secure sum of '{name}' did not complete: a member failed while it was being "
+                              "unmasked, and the members unmask one sum of a request per run; run it again with "
+                              "a new request")
         members = grid.stayed(list(requests))
         if not 2 <= len(members) < len(requests):
             raise FedpgmError(f"the secure sum of '{name}' did not complete: fewer than 2 of its {len(requests)} "
@@ -208,9 +212,9 @@ def one_secure_sum(fed, context: Context, name: str, order: list[str], requests:
     legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: 1})
     legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
         ndarrays_to_parameters([]), keep_input=True)
-    # every client shares its keys with all others, and a strict majority of them is the threshold,
-    # as every client insists (``secagg_guard``)
-    workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=len(requests) // 2 + 1, max_weight=1.0,
+    # every client shares its keys with all others, and every share is needed to unmask, as every
+    # client insists (``secagg_guard``)
+    workflow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=1.0, max_weight=1.0,
                                   clipping_range=CLIP, quantization_range=QUANTIZATION, modulus_range=MODULUS,
                                   timeout=timeout)
     grid = CountingGrid(fed.grid, fed.ledger, f"{name}/secagg", {v: k for k, v in fed.node_of.items()})

@@ -13,25 +13,30 @@ the others' addends are ones it knows.
 
 Each client therefore checks, before Flower's mod runs a stage:
 
+- **any message**: only the stages of a SecAgg+ sum, of type ``train``, reach the route, and the
+  route computes only inside the collect stage (Flower's mod hands any other type, such as
+  ``train.default``, which Flower routes to the same function, to the route unmasked).
 - **setup**: the quantization is fedpgm's (``CLIP``, ``QUANTIZATION``, ``MODULUS``, weight 1),
   not the server's; every sampled node shares with every other; at least the policy's
-  ``min_cohort`` nodes; a reconstruction threshold ``t`` of a strict majority (2t > shares, and
-  t >= 2), so that fewer than ``t`` colluding members cannot rebuild a node's masking key from
-  the shares they hold. The node signs its two fresh SecAgg+ public keys with its party key
+  ``min_cohort`` nodes; the reconstruction threshold is every share, so a member's seed is
+  rebuilt only if every member unmasks the sum, and no coalition short of all members rebuilds
+  a masking key. The node signs its two fresh SecAgg+ public keys with its party key
   (``fedpgm.federation.identity``) and the server relays the signatures.
 - **share keys**: every neighbour's public keys are signed by a distinct party on the roster
   (no node of the coordinator's own gets a share), at least ``min_cohort`` of them.
 - **collect** (the request itself): shares came from every neighbour, once each; the node signs
   a digest of the request it was sent (all of it but its own name: the model, the round's total
-  rows and cohort, every setting).
+  rows and cohort, every setting) and the list of members it was told of.
 - **unmask**: every member is listed active, once, and none dropped, so a node gives out shares of
   the members' mask seeds only, never of their masking keys (with which, beside a seed, a server
   opens one member's vector: Flower's mod gives both for a node listed active and dropped, and
   lists that differ from node to node do it too); every member signed the same request digest
-  as this node's; a node unmasks one sum of a request per run (two sums of one request whose
-  members differ by one node would give that node's vector by difference). Anything else: no
-  share leaves. A member that drops out therefore fails the sum; the server starts a new one
-  among the members left (``fedpgm.federation.secagg``), whose masks share nothing with the old.
+  and member list as this node's; a node unmasks one sum of a request per run. As a sum opens
+  only if all its members unmask it, two opened sums of one request have no member in common, so
+  no difference of them is one member's vector. Anything else: no share leaves. A member that
+  drops out before the unmask therefore fails the sum, and the server starts a new one among the
+  members left (``fedpgm.federation.secagg``), whose masks share nothing with the old; one that
+  drops out during the unmask fails the round.
 
 A client without a party identity (no roster) makes the checks that need none. Why by hand:
 Flower's mod has no hook for these checks, and the checks are fedpgm's policy, not SecAgg+'s.
@@ -43,7 +48,7 @@ import json
 from typing import Callable, cast
 
 import numpy as np
-from flwr.app import ConfigRecord, Context
+from flwr.app import ConfigRecord, Context, MessageType
 from flwr.app import Message as FlowerMessage
 from flwr.client.mod import secaggplus_mod
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
@@ -84,10 +89,12 @@ def guarded_secaggplus(party: Party):
     node's client id, policy and identity (None without a roster)."""
 
     def mod(msg: FlowerMessage, context: Context, call_next) -> FlowerMessage:
-        configs = msg.content.config_records.get(RECORD_KEY_CONFIGS)
-        if configs is None or Key.STAGE not in configs:
-            return secaggplus_mod(msg, context, call_next)  # (Flower's mod refuses it by name)
         client, policy, identity = party(context)
+        configs = msg.content.config_records.get(RECORD_KEY_CONFIGS) if msg.has_content() else None
+        if msg.metadata.message_type != MessageType.TRAIN or configs is None or Key.STAGE not in configs:
+            # (Flower's mod passes any other type, e.g. "train.default", to the route unmasked)
+            raise PolicyRefusal(f"client '{client}' answers its secure-sum route only as a stage of a SecAgg+ "
+                                f"sum, not a '{msg.metadata.message_type}' message without one")
         guard = Guard(client, policy, identity, context, msg.metadata.dst_node_id)
         stage = str(configs[Key.STAGE])
         relayed = str(configs.pop(ATTEST, "{}"))
@@ -100,7 +107,12 @@ def guarded_secaggplus(party: Party):
             guard.collect(configs, request_digest(cast(bytes, fitins.config.get(REQUEST, b""))))
         elif stage == Stage.UNMASK:
             guard.unmask(configs, relayed)
-        reply = secaggplus_mod(msg, context, call_next)
+        def masked_only(m: FlowerMessage, ctx: Context) -> FlowerMessage:  # the route runs in collect only
+            if stage != Stage.COLLECT_MASKED_VECTORS:
+                raise PolicyRefusal(f"client '{client}' computes a secure-sum share only to mask it")
+            return call_next(m, ctx)
+
+        reply = secaggplus_mod(msg, context, masked_only)
         out = reply.content.config_records[RECORD_KEY_CONFIGS]
         if stage == Stage.SETUP:
             guard.record["pk"] = json.dumps([cast(bytes, out[k]).hex() for k in (Key.PUBLIC_KEY_1, Key.PUBLIC_KEY_2)])
@@ -144,9 +156,9 @@ class Guard:
             raise self.refuse(f"{sampled} node(s), fewer than its policy's min_cohort {self.policy.min_cohort}")
         if shares != sampled:
             raise self.refuse(f"every node shares with every other ({sampled}), not with {shares}")
-        if not 2 <= threshold or 2 * threshold <= shares:
-            raise self.refuse(f"a reconstruction threshold of {threshold} of {shares} shares is not a strict "
-                              "majority: two disjoint groups could each rebuild one of a node's two secrets")
+        if threshold != shares:
+            raise self.refuse(f"a reconstruction threshold of {threshold} of {shares} shares: a node's seed needs "
+                              "every member's share, so that a sum opens only if every member unmasks it")
         self.record.update(threshold=str(threshold), parties="{}", keys="{}")
 
     def share_keys(self, configs, relayed: str) -> None:
@@ -199,10 +211,10 @@ class Guard:
                     raise self.refuse(f"node {nid} is party '{parties[str(nid)]}', not '{party}'")
                 try:
                     self.identity.verify(party, signature,
-                                         *self.request_statement(nid, bytes.fromhex(keys[str(nid)]), mine))
+                                         *self.request_statement(nid, bytes.fromhex(keys[str(nid)]), mine, members))
                 except PolicyRefusal:
-                    raise self.refuse(f"node {nid} ('{party}') did not sign the request this node was sent: "
-                                      "members were sent different models or settings") from None
+                    raise self.refuse(f"node {nid} ('{party}') did not sign the request and the members this node "
+                                      "was sent: members were sent different models, settings or members") from None
         self.record["added"] = json.dumps(added + [self.record["digest"]])
 
     def attest(self, stage: str, out) -> None:
@@ -211,12 +223,14 @@ class Guard:
             return
         pk1, pk2 = (bytes.fromhex(k) for k in json.loads(str(self.record["pk"])))
         parts = (self.keys_statement(self.node, pk1, pk2) if stage == Stage.SETUP else
-                 self.request_statement(self.node, pk1, bytes.fromhex(str(self.record["digest"]))))
+                 self.request_statement(self.node, pk1, bytes.fromhex(self.record["digest"]),
+                                        {int(k) for k in json.loads(self.record["keys"])}))
         out[PARTY] = self.client
         out[ATTEST] = bytes(self.identity.sign(*parts)).hex()
 
     def keys_statement(self, nid: int, pk1: bytes, pk2: bytes) -> tuple:
         return ("secagg-keys", self.run, str(nid), np.frombuffer(pk1, np.uint8), np.frombuffer(pk2, np.uint8))
 
-    def request_statement(self, nid: int, pk1: bytes, digest: bytes) -> tuple:
-        return ("secagg-request", self.run, str(nid), np.frombuffer(pk1, np.uint8), np.frombuffer(digest, np.uint8))
+    def request_statement(self, nid: int, pk1: bytes, digest: bytes, members: set[int]) -> tuple:
+        return ("secagg-request", self.run, str(nid), np.frombuffer(pk1, np.uint8), np.frombuffer(digest, np.uint8),
+                json.dumps(sorted(members)))

@@ -2,6 +2,7 @@
 ``SecAggPlusWorkflow`` and fedpgm's ``secure_sum`` on the server side, the real client mods on
 each node (Flower's alone, or behind fedpgm's checks), every message copied as the wire would
 copy it. A ``tamper(stage, node_id, configs)`` hook lets a hostile server rewrite what it sends
+(or, returning False, withhold it)
 (``tests/security/test_secure_sum_hostile.py``); ``benchmarks/security_cost.py`` times the checks.
 
 Not a federation backend: one process holds every party's keys, so it proves nothing about
@@ -69,8 +70,8 @@ class LocalGrid:
             content = copy.deepcopy(m.content)
             configs = content.config_records[RECORD_KEY_CONFIGS]
             stage, nid = str(configs[Key.STAGE]), m.metadata.dst_node_id
-            if self.tamper:
-                self.tamper(stage, nid, configs)
+            if self.tamper and self.tamper(stage, nid, configs) is False:
+                continue  # (the server withholds this message)
             reply = self.nodes[nid].handle(FlowerMessage(content, dst_node_id=nid, message_type=m.metadata.message_type,
                                                          group_id=m.metadata.group_id))
             if reply.has_content():
