@@ -414,3 +414,22 @@ def test_ngm_votes_refuse_degenerate_sparsity(cancer):
         honest = fed.send("client-0", "graph_votes", config={"columns": columns, "sparsity": 0.25})
     refused(tiny, "client-0", "'sparsity' is 1e-09")
     assert not honest.failures
+
+
+def test_the_audits_refusal_names_no_row_and_answers_no_label_guess(cancer):
+    """The third review: the audit's refusal named the matched row ("row 1037"), and "row" vs
+    "row without the label" told a server whether its label guess was right. The refusal the
+    server gets now says neither (the detail goes to the client's own log); whether a row is in
+    the table at all is still one bit per request (docs/security.md)."""
+    part = partition(cancer, "horizontal", 3, seed=0)
+    train = part.clients[0].train
+    row = train.iloc[7].to_numpy(dtype=float)
+    guess = row.copy()
+    at = list(train.columns).index(cancer.schema.label)
+    guess[at] = 1 - guess[at]
+    with InProcessFederation(part, "fedpgm.federation.diagnostics:HANDLERS", mode="sequential") as fed:
+        right, wrong, absent = (fed.send("client-0", "echo", {"x": x}) for x in (row, guess, row + 0.013))
+    texts = [r.failures["client-0"].detail for r in (right, wrong)]
+    assert texts[0] == texts[1] and "PrivacyViolation" in texts[0]
+    assert "contains rows or column values of its private data" in texts[0] and "row " not in texts[0]
+    assert not absent.failures

@@ -194,7 +194,7 @@ def test_a_member_that_drops_out_fails_the_sum_and_a_new_one_runs_among_the_rest
     np.testing.assert_allclose(sums[0], np.add(VECTORS["client-0"], VECTORS["client-2"]), atol=2 * STEP)
     assert sorted(replies) == ["client-0", "client-2"] and sorted(fed.left_out) == ["client-1"]
     assert fed.secagg_signers == ["client-0", "client-2"]
-    assert "failing on request" in refusals(nodes)
+    assert "does not add to this secure sum" in refusals(nodes)  # (its reason stays in its own log)
 
 
 def test_shares_withheld_from_a_member_or_lists_that_differ_by_node_give_no_key_share():
@@ -259,3 +259,20 @@ def test_the_secure_route_answers_nothing_outside_a_sums_stages():
                           ("train", RecordDict({"fitins.config": ConfigRecord({})}))):
         reply = node.handle(Message(content, dst_node_id=101, message_type=kind, group_id="1"))
         assert reply.has_error() and "only as a stage of a SecAgg+ sum" in reply.error.reason
+
+
+def test_sums_of_different_members_are_differenced_unless_the_policy_pins_the_whole_roster():
+    """The third review: a request varied in a field that does not change the addend (here the
+    setting ``round``) dodges the once-per-request rule, and the difference of the sums over
+    {0, 1, 2} and {0, 1} is client-2's vector exactly. ``secure_whole_roster`` refuses the second."""
+    clients = ["client-0", "client-1", "client-2"]
+    vectors = {c: VECTORS[c] for c in clients}
+    fed, nodes = federation(clients)
+    whole, _ = local_secure_sum(fed, vectors)
+    part, _ = local_secure_sum(fed, vectors, {c: {"round": 2} for c in clients}, members=clients[:2])
+    np.testing.assert_allclose(whole[0] - part[0], VECTORS["client-2"], atol=5 * STEP)
+    fed, nodes = federation(clients, policy=ClientPolicy(secure_whole_roster=True))
+    local_secure_sum(fed, vectors)
+    with pytest.raises(FedpgmError, match="did not complete"):
+        local_secure_sum(fed, vectors, {c: {"round": 2} for c in clients}, members=clients[:2])
+    assert "only to sums of the whole roster; ['client-2'] are not members" in refusals(nodes)

@@ -20,6 +20,10 @@ it without code of its own:
   its own); past it every request is refused, which bounds what repeated questions can extract.
 - ``require_secure_aggregation`` (default off): model updates leave only as shares of a secure
   sum (SecAgg+) over at least ``min_cohort`` clients; a plain training request is refused.
+- ``secure_whole_roster`` (default off): a secure sum must have every party of the roster as a
+  member, so every sum the client adds to has the same members and no two sums of different
+  members can be differenced down to one member's vector (docs/security.md); the price: a sum
+  waits for every party, and a party that drops out fails it.
 - ``memberships`` (default on): FedPC's aligned gluing may use the client's clusters (its row
   tokens, and once per run its cluster indices masked so that only their sum over the parties is
   readable: docs/security.md); off, such a request is refused and ``auto`` gluing is random.
@@ -58,6 +62,7 @@ class ClientPolicy:
     min_cohort: int = 2  # clients a secure sum must have for this client to add to it
     max_psi_ids: int = 10_000_000  # ids another party's PSI request may hold
     memberships: bool = True  # FedPC aligned gluing: masked cluster indices (their sum: a histogram)
+    secure_whole_roster: bool = False  # a secure sum's members: every party of the roster
 
     def __post_init__(self) -> None:
         if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
@@ -71,7 +76,7 @@ class ClientPolicy:
             raise FedpgmError(f"policy max_epsilon must be > 0, got {self.max_epsilon!r}")
         if not 0 < self.max_delta < 1:
             raise FedpgmError(f"policy max_delta must lie in (0, 1), got {self.max_delta!r}")
-        for name in ("audit", "require_secure_aggregation", "memberships"):
+        for name in ("audit", "require_secure_aggregation", "memberships", "secure_whole_roster"):
             if not isinstance(getattr(self, name), bool):
                 raise FedpgmError(f"policy {name} must be true or false, got {getattr(self, name)!r}")
         for name, least in (("max_requests", 1), ("min_cohort", 2), ("max_psi_ids", 1)):

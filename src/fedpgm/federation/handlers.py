@@ -201,7 +201,7 @@ class HandlerSet:
             raise FedpgmError(f"handler '{request.name}' returned {type(reply).__name__}, not a Message")
         ctx.check_state()
         if ctx.policy.audit:
-            ctx.memo("privacy-audit", lambda: PrivacyAudit([ctx.unaligned])).check(ctx.client_id, reply)
+            ctx.memo("privacy-audit", lambda: PrivacyAudit([ctx.unaligned])).check(ctx.client_id, reply, detail=False)
         if ctx.notes:
             reply.config["policy"] = list(ctx.notes)
         return reply

@@ -80,6 +80,7 @@ looks the hash up among the patterns' sorted hashes, and confirms candidates val
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -419,7 +420,11 @@ class PrivacyAudit:
     def __call__(self, client_id: str, message: Message) -> None:
         self.check(client_id, message)
 
-    def check(self, client_id: str, message: Message) -> None:
+    def check(self, client_id: str, message: Message, detail: bool = True) -> None:
+        """Raise ``PrivacyViolation`` if ``message`` carries the client's rows or column runs;
+        ``detail`` False (a client's own audit, whose refusal goes to the server): the refusal
+        names the array but not what matched (a row id or which columns matched would answer a
+        server's guess), which goes to this process's log."""
         self.checked += 1
         patterns = self.patterns.get(client_id)
         if patterns is None:
@@ -431,5 +436,9 @@ class PrivacyAudit:
         found = patterns.find(list(parts))
         if found:
             where, hit = found
+            if not detail:
+                logging.getLogger("fedpgm").warning("client '%s': the privacy audit found %s in %s", client_id, hit,
+                                                    where)
+                hit = "rows or column values"
             raise PrivacyViolation(f"client '{client_id}' message '{message.name}' {where} "
                                    f"contains {hit} of its private data; {REMEDY}")

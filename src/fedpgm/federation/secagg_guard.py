@@ -23,7 +23,8 @@ Each client therefore checks, before Flower's mod runs a stage:
   a masking key. The node signs its two fresh SecAgg+ public keys with its party key
   (``fedpgm.federation.identity``) and the server relays the signatures.
 - **share keys**: every neighbour's public keys are signed by a distinct party on the roster
-  (no node of the coordinator's own gets a share), at least ``min_cohort`` of them.
+  (no node of the coordinator's own gets a share), at least ``min_cohort`` of them; with the
+  policy's ``secure_whole_roster``, every party of the roster.
 - **collect** (the request itself): shares came from every neighbour, once each; the node signs
   a digest of the request it was sent (all of it but its own name: the model, the round's total
   rows and cohort, every setting) and the list of members it was told of.
@@ -45,6 +46,7 @@ Flower's mod has no hook for these checks, and the checks are fedpgm's policy, n
 from __future__ import annotations
 
 import json
+import logging
 from typing import Callable, cast
 
 import numpy as np
@@ -110,7 +112,12 @@ def guarded_secaggplus(party: Party):
         def masked_only(m: FlowerMessage, ctx: Context) -> FlowerMessage:  # the route runs in collect only
             if stage != Stage.COLLECT_MASKED_VECTORS:
                 raise PolicyRefusal(f"client '{client}' computes a secure-sum share only to mask it")
-            return call_next(m, ctx)
+            try:
+                return call_next(m, ctx)
+            except Exception as e:  # the reason stays here: its text could carry the share's values
+                logging.getLogger("fedpgm").warning("client '%s' left a secure sum: %s", client, e)
+                raise PolicyRefusal(f"client '{client}' does not add to this secure sum (its reason is in its "
+                                    "own log)") from None
 
         reply = secaggplus_mod(msg, context, masked_only)
         out = reply.content.config_records[RECORD_KEY_CONFIGS]
@@ -177,6 +184,9 @@ class Guard:
                 parties[nid] = party
             if len(set(parties.values())) != len(parties) or parties[self.node] != self.client:
                 raise self.refuse("one party signs for two nodes, or another party for this node")
+            if self.policy.secure_whole_roster and set(parties.values()) != set(self.identity.roster):
+                missing = sorted(set(self.identity.roster) - set(parties.values()))
+                raise self.refuse(f"its policy adds only to sums of the whole roster; {missing} are not members")
         self.record.update(parties=json.dumps({str(k): v for k, v in parties.items()}),
                            keys=json.dumps({str(k): v[0].hex() for k, v in keys.items()}))
 
