@@ -276,3 +276,23 @@ def test_sums_of_different_members_are_differenced_unless_the_policy_pins_the_wh
     with pytest.raises(FedpgmError, match="did not complete"):
         local_secure_sum(fed, vectors, {c: {"round": 2} for c in clients}, members=clients[:2])
     assert "only to sums of the whole roster; ['client-2'] are not members" in refusals(nodes)
+
+
+def test_a_group_one_member_fills_is_refused_by_a_member_that_requires_secure_aggregation():
+    """The third review: an F-CM module only one member trains is that member's update, read off
+    an honest sum. Members sign the groups they filled; with require_secure_aggregation a member
+    unmasks only if each of its groups is filled by min_cohort members."""
+    clients = ["client-0", "client-1", "client-2"]
+    vectors = {c: VECTORS[c] for c in clients}
+    lonely = {"groups": {"shared": clients, "own": ["client-2"]}}  # only client-2 trains "own"
+    fed, nodes = federation(clients)  # the default policy: the sum opens, "own" is client-2's alone
+    sums, _ = local_secure_sum(fed, vectors, {c: lonely for c in clients})
+    assert sums[1][0] == pytest.approx(1.0, abs=2 * STEP) and sums[2][0] == pytest.approx(3.0, abs=3 * STEP)  # own, shared
+    strict = ClientPolicy(require_secure_aggregation=True)
+    fed, nodes = federation(clients, policy=strict)
+    with pytest.raises(FedpgmError, match="did not complete"):
+        local_secure_sum(fed, vectors, {c: lonely for c in clients})
+    assert "its group 'own' is filled by 1 member(s), fewer than its policy's min_cohort 2" in refusals(nodes)
+    shared = {"groups": {"shared": clients, "own": clients[1:]}}
+    sums, _ = local_secure_sum(fed, vectors, {c: shared for c in clients})
+    np.testing.assert_allclose(sums[0], np.sum([VECTORS[c] for c in clients], axis=0), atol=3 * STEP)

@@ -44,7 +44,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import ClientFailure
 from fedpgm.federation.codec import CodecError, Message, decode, encode
-from fedpgm.federation.secagg_guard import ATTEST, CLIP, MODULUS, PARTY, QUANTIZATION, REQUEST
+from fedpgm.federation.secagg_guard import ATTEST, CLIP, GROUPS, MODULUS, PARTY, QUANTIZATION, REQUEST
 
 REPLY = "fedpgm-reply"  # FitRes metrics: the reply's config as JSON (counts and names, no arrays)
 
@@ -144,8 +144,9 @@ class CountingGrid:
                 if Key.MASKED_PARAMETERS in configs:
                     self.masked[client] = [bytes_to_ndarray(b) for b in configs[Key.MASKED_PARAMETERS]]
                 if ATTEST in configs:
+                    groups = [str(configs[GROUPS])] if GROUPS in configs else []
                     self.signed.setdefault(stage, {})[str(r.metadata.src_node_id)] = [str(configs[PARTY]),
-                                                                                     str(configs[ATTEST])]
+                                                                                     str(configs[ATTEST]), *groups]
         return replies
 
 
@@ -221,5 +222,5 @@ def one_secure_sum(fed, context: Context, name: str, order: list[str], requests:
     fed.log(f"secure sum: '{name}' from {len(requests)} client(s) by SecAgg+")
     workflow(cast(Grid, grid), legacy)  # (a Grid that counts bytes: the methods the workflow calls)
     fed.secagg_view = grid.masked
-    fed.secagg_signers = sorted(party for party, _ in grid.signed.get(Stage.COLLECT_MASKED_VECTORS, {}).values())
+    fed.secagg_signers = sorted(signed[0] for signed in grid.signed.get(Stage.COLLECT_MASKED_VECTORS, {}).values())
     return strategy, grid

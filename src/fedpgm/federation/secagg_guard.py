@@ -55,6 +55,7 @@ from flwr.app import Message as FlowerMessage
 from flwr.client.mod import secaggplus_mod
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 import flwr.compat.common.recorddict_compat as compat
+from flwr.common import parameters_to_ndarrays
 
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.federation.codec import CodecError, decode
@@ -66,6 +67,7 @@ MODULUS = 1 << 32  # the masked sum's modulus
 REQUEST = "fedpgm-request"  # FitIns config: the fedpgm request (codec bytes)
 ATTEST = "fedpgm-attest"  # reply: this node's signature; request: {node id: [party, signature hex]}
 PARTY = "fedpgm-party"  # reply: this node's party (client id)
+GROUPS = "fedpgm-groups"  # reply (collect): the groups of the vector this node filled, JSON
 STATE = "fedpgm-secagg"  # the node's record: the sum's threshold, neighbours' parties and keys; requests added
 
 Party = Callable[[Context], tuple[str, ClientPolicy, Identity | None]]
@@ -84,6 +86,14 @@ def request_digest(raw: bytes) -> bytes:
         a = np.ascontiguousarray(request.arrays[name])
         parts += [name, a.dtype.str, json.dumps(a.shape), np.frombuffer(a.tobytes(), np.uint8)]
     return digest(*parts)
+
+
+def filled_groups(order: list, arrays: list[np.ndarray]) -> list[str]:
+    """The groups of a share (``order`` names its arrays) its member filled: ``g`` where the share
+    holds a non-zero ``weight/g`` (``fedpgm.federation.shares``: an F-CM module it trained), or
+    ``*`` (all of it) where the share has no groups."""
+    named = [(str(n)[len("weight/"):], a) for n, a in zip(order, arrays) if str(n).startswith("weight/")]
+    return sorted(g for g, a in named if np.any(a != 0)) if named else ["*"]
 
 
 def guarded_secaggplus(party: Party):
@@ -105,15 +115,19 @@ def guarded_secaggplus(party: Party):
         elif stage == Stage.SHARE_KEYS:
             guard.share_keys(configs, relayed)
         elif stage == Stage.COLLECT_MASKED_VECTORS:
-            fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
-            guard.collect(configs, request_digest(cast(bytes, fitins.config.get(REQUEST, b""))))
+            raw = cast(bytes, compat.recorddict_to_fitins(msg.content, keep_input=True).config.get(REQUEST, b""))
+            guard.collect(configs, request_digest(raw))
         elif stage == Stage.UNMASK:
             guard.unmask(configs, relayed)
+
         def masked_only(m: FlowerMessage, ctx: Context) -> FlowerMessage:  # the route runs in collect only
             if stage != Stage.COLLECT_MASKED_VECTORS:
                 raise PolicyRefusal(f"client '{client}' computes a secure-sum share only to mask it")
             try:
-                return call_next(m, ctx)
+                share = call_next(m, ctx)
+                arrays = parameters_to_ndarrays(compat.recorddict_to_fitres(share.content, keep_input=True).parameters)
+                guard.record["groups"] = json.dumps(filled_groups(decode(raw).config.get("secure_order", []), arrays))
+                return share
             except Exception as e:  # the reason stays here: its text could carry the share's values
                 logging.getLogger("fedpgm").warning("client '%s' left a secure sum: %s", client, e)
                 raise PolicyRefusal(f"client '{client}' does not add to this secure sum (its reason is in its "
@@ -142,11 +156,12 @@ class Guard:
     def refuse(self, why: str) -> PolicyRefusal:
         return PolicyRefusal(f"client '{self.client}' refuses a secure sum: {why}")
 
-    def signed(self, relayed: str, nid: int) -> tuple[str, np.ndarray]:
-        """The party and signature the server relayed for node ``nid``; refused if there is none."""
+    def signed(self, relayed: str, nid: int) -> tuple[str, np.ndarray, list]:
+        """The party, signature and what else was signed that the server relayed for node ``nid``;
+        refused if there is none."""
         try:
-            party, signature = json.loads(relayed)[str(nid)]
-            return str(party), np.frombuffer(bytes.fromhex(str(signature)), np.uint8)
+            party, signature, *more = json.loads(relayed)[str(nid)]
+            return str(party), np.frombuffer(bytes.fromhex(str(signature)), np.uint8), more
         except (ValueError, KeyError, TypeError, AttributeError):
             raise self.refuse(f"node {nid}'s message is signed by no party on its roster") from None
 
@@ -179,7 +194,7 @@ class Guard:
         parties: dict[int, str] = {}
         if self.identity is not None:
             for nid, (pk1, pk2) in keys.items():
-                party, signature = self.signed(relayed, nid)
+                party, signature, _ = self.signed(relayed, nid)
                 self.identity.verify(party, signature, *self.keys_statement(nid, pk1, pk2))
                 parties[nid] = party
             if len(set(parties.values())) != len(parties) or parties[self.node] != self.client:
@@ -215,17 +230,35 @@ class Guard:
         if self.identity is not None:
             parties, keys = json.loads(self.record["parties"]), json.loads(self.record["keys"])
             mine = bytes.fromhex(self.record["digest"])
+            filled = []
             for nid in active:
-                party, signature = self.signed(relayed, nid)
-                if party != parties[str(nid)]:
-                    raise self.refuse(f"node {nid} is party '{parties[str(nid)]}', not '{party}'")
+                party, signature, more = self.signed(relayed, nid)
+                if party != parties[str(nid)] or len(more) != 1 or not isinstance(more[0], str):
+                    raise self.refuse(f"node {nid} is party '{parties[str(nid)]}', not '{party}', or sent no groups")
+                groups = json.loads(more[0]) if more[0].startswith("[") else None
                 try:
-                    self.identity.verify(party, signature,
-                                         *self.request_statement(nid, bytes.fromhex(keys[str(nid)]), mine, members))
+                    if not isinstance(groups, list):
+                        raise PolicyRefusal("groups")
+                    self.identity.verify(party, signature, *self.request_statement(
+                        nid, bytes.fromhex(keys[str(nid)]), mine, members, groups))
                 except PolicyRefusal:
                     raise self.refuse(f"node {nid} ('{party}') did not sign the request and the members this node "
                                       "was sent: members were sent different models, settings or members") from None
+                filled.append(set(map(str, groups)))
+            self.check_groups(filled)
         self.record["added"] = json.dumps(added + [self.record["digest"]])
+
+    def check_groups(self, filled: list[set[str]]) -> None:
+        """With ``require_secure_aggregation``: every group this node filled (an F-CM module it
+        trained) is filled by at least ``min_cohort`` members, else that group's sum is one
+        member's update (``*``: a member filled every group)."""
+        if not self.policy.require_secure_aggregation:
+            return
+        for group in sorted(set(json.loads(self.record["groups"])) - {"*"}):
+            count = sum(1 for f in filled if group in f or "*" in f)
+            if count < self.policy.min_cohort:
+                raise self.refuse(f"its group '{group}' is filled by {count} member(s), fewer than its policy's "
+                                  f"min_cohort {self.policy.min_cohort}: that group's sum would be one update")
 
     def attest(self, stage: str, out) -> None:
         """Sign this node's keys (setup) or its request (collect) into the reply ``out``."""
@@ -234,13 +267,16 @@ class Guard:
         pk1, pk2 = (bytes.fromhex(k) for k in json.loads(str(self.record["pk"])))
         parts = (self.keys_statement(self.node, pk1, pk2) if stage == Stage.SETUP else
                  self.request_statement(self.node, pk1, bytes.fromhex(self.record["digest"]),
-                                        {int(k) for k in json.loads(self.record["keys"])}))
+                                        {int(k) for k in json.loads(self.record["keys"])},
+                                        json.loads(self.record["groups"])))
         out[PARTY] = self.client
         out[ATTEST] = bytes(self.identity.sign(*parts)).hex()
+        if stage == Stage.COLLECT_MASKED_VECTORS:
+            out[GROUPS] = self.record["groups"]
 
     def keys_statement(self, nid: int, pk1: bytes, pk2: bytes) -> tuple:
         return ("secagg-keys", self.run, str(nid), np.frombuffer(pk1, np.uint8), np.frombuffer(pk2, np.uint8))
 
-    def request_statement(self, nid: int, pk1: bytes, digest: bytes, members: set[int]) -> tuple:
+    def request_statement(self, nid: int, pk1: bytes, digest: bytes, members: set[int], groups: list) -> tuple:
         return ("secagg-request", self.run, str(nid), np.frombuffer(pk1, np.uint8), np.frombuffer(digest, np.uint8),
-                json.dumps(sorted(members)))
+                json.dumps(sorted(members)), json.dumps(sorted(map(str, groups))))

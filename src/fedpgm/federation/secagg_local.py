@@ -35,7 +35,8 @@ RUN = 7  # the run id every node and the server share
 class LocalNode:
     """One node: its context, its mod (``guarded``: behind fedpgm's checks) and a ``contribute``
     handler that adds the array ``v/CLIENT`` of the request (and fails where the request's ``fail``
-    names it); ``refusals``: what it refused or failed."""
+    names it; ``groups``: group -> the clients that fill it, added as ``weight/GROUP`` 1 or 0);
+    ``refusals``: what it refused or failed."""
 
     def __init__(self, client: str, node_id: int, identity: Identity | None, guarded: bool,
                  policy: ClientPolicy) -> None:
@@ -47,7 +48,10 @@ class LocalNode:
     def contribute(self, request: Message) -> Message:
         if self.client in request.config.get("fail", []):  # a member that drops out of the sum
             raise RuntimeError("failing on request")
-        return Message("contribute", {"v": request.arrays[f"v/{self.client}"]})
+        out = {"v": request.arrays[f"v/{self.client}"]}
+        for group, members in request.config.get("groups", {}).items():  # the groups it fills, as F-CM's modules
+            out[f"weight/{group}"] = np.array([float(self.client in members)])
+        return Message("contribute", out)
 
     def handle(self, msg: FlowerMessage) -> FlowerMessage:
         try:
@@ -103,5 +107,6 @@ def local_secure_sum(fed, vectors: dict[str, np.ndarray], configs: dict[str, dic
     client's own request settings (a hostile server's)."""
     arrays = {f"v/{c}": np.asarray(v, dtype=np.float64) for c, v in vectors.items()}
     requests = {c: (arrays, (configs or {}).get(c, {"round": 1})) for c in members or list(vectors)}
+    groups = sorted(next(iter(requests.values()))[1].get("groups", {}))
     context = Context(run_id=RUN, node_id=0, node_config={}, state=RecordDict(), run_config={})
-    return secure_sum(fed, context, "contribute", ["v"], requests)
+    return secure_sum(fed, context, "contribute", ["v"] + [f"weight/{g}" for g in groups], requests)
