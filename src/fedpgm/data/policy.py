@@ -19,7 +19,8 @@ it without code of its own:
 - ``max_requests`` (default 10,000): the requests the client answers in one run (a run's state is
   its own); past it every request is refused, which bounds what repeated questions can extract.
 - ``require_secure_aggregation`` (default off): model updates leave only as shares of a secure
-  sum (SecAgg+) over at least ``min_cohort`` clients; a plain training request is refused.
+  sum (SecAgg+) over at least ``min_cohort`` clients, each F-CM module it trains trained by at
+  least ``min_cohort`` of them; a plain training request is refused.
 - ``secure_whole_roster`` (default off): a secure sum must have every party of the roster as a
   member, so every sum the client adds to has the same members and no two sums of different
   members can be differenced down to one member's vector (docs/security.md); the price: a sum

@@ -27,12 +27,14 @@ Each client therefore checks, before Flower's mod runs a stage:
   policy's ``secure_whole_roster``, every party of the roster.
 - **collect** (the request itself): shares came from every neighbour, once each; the node signs
   a digest of the request it was sent (all of it but its own name: the model, the round's total
-  rows and cohort, every setting) and the list of members it was told of.
+  rows and cohort, every setting), the list of members it was told of, and the groups of the sum
+  it filled (``filled_groups``: F-CM's modules).
 - **unmask**: every member is listed active, once, and none dropped, so a node gives out shares of
   the members' mask seeds only, never of their masking keys (with which, beside a seed, a server
   opens one member's vector: Flower's mod gives both for a node listed active and dropped, and
   lists that differ from node to node do it too); every member signed the same request digest
-  and member list as this node's; a node unmasks one sum of a request per run. As a sum opens
+  and member list as this node's; with ``require_secure_aggregation``, each group this node
+  filled was filled by ``min_cohort`` members; a node unmasks one sum of a request per run. As a sum opens
   only if all its members unmask it, two opened sums of one request have no member in common, so
   no difference of them is one member's vector. Anything else: no share leaves. A member that
   drops out before the unmask therefore fails the sum, and the server starts a new one among the
