@@ -60,7 +60,7 @@ import flwr.compat.common.recorddict_compat as compat
 from flwr.common import parameters_to_ndarrays
 
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
-from fedpgm.federation.codec import CodecError, decode
+from fedpgm.federation.codec import CodecError, Message, decode
 from fedpgm.federation.identity import Identity, digest
 
 CLIP = 8.0  # every value a client adds lies in [-CLIP, CLIP]
@@ -75,13 +75,17 @@ STATE = "fedpgm-secagg"  # the node's record: the sum's threshold, neighbours' p
 Party = Callable[[Context], tuple[str, ClientPolicy, Identity | None]]
 
 
-def request_digest(raw: bytes) -> bytes:
-    """SHA-256 (``identity.digest``: length-prefixed parts) of a secure-sum request (codec bytes)
-    without the recipient's name: every member of an honest sum was sent the same."""
+def secure_request(raw: bytes) -> Message:
+    """The fedpgm request inside a SecAgg+ collect message (codec bytes)."""
     try:
-        request = decode(raw)
+        return decode(raw)
     except CodecError as e:
         raise PolicyRefusal(f"a secure-sum request that does not decode ({e})") from None
+
+
+def request_digest(request: Message) -> bytes:
+    """SHA-256 (``identity.digest``: length-prefixed parts) of a secure-sum request without the
+    recipient's name: every member of an honest sum was sent the same."""
     config = {k: v for k, v in request.config.items() if k != "client"}
     parts: list = ["secagg-request", request.name, json.dumps(config, sort_keys=True)]
     for name in sorted(request.arrays):
@@ -117,8 +121,9 @@ def guarded_secaggplus(party: Party):
         elif stage == Stage.SHARE_KEYS:
             guard.share_keys(configs, relayed)
         elif stage == Stage.COLLECT_MASKED_VECTORS:
-            raw = cast(bytes, compat.recorddict_to_fitins(msg.content, keep_input=True).config.get(REQUEST, b""))
-            guard.collect(configs, request_digest(raw))
+            request = secure_request(cast(bytes, compat.recorddict_to_fitins(msg.content, keep_input=True)
+                                          .config.get(REQUEST, b"")))
+            guard.collect(configs, request_digest(request))
         elif stage == Stage.UNMASK:
             guard.unmask(configs, relayed)
 
@@ -128,7 +133,7 @@ def guarded_secaggplus(party: Party):
             try:
                 share = call_next(m, ctx)
                 arrays = parameters_to_ndarrays(compat.recorddict_to_fitres(share.content, keep_input=True).parameters)
-                guard.record["groups"] = json.dumps(filled_groups(decode(raw).config.get("secure_order", []), arrays))
+                guard.record["groups"] = json.dumps(filled_groups(request.config.get("secure_order", []), arrays))
                 return share
             except Exception as e:  # the reason stays here: its text could carry the share's values
                 logging.getLogger("fedpgm").warning("client '%s' left a secure sum: %s", client, e)
