@@ -10,7 +10,7 @@ from fedpgm.data import load_dataset, partition
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation import InProcessFederation, PrivacyAudit
 from fedpgm.fedpc import FedPC, defaults, fit_fedpc
-from fedpgm.fedpc.plan import glue, product_weight
+from fedpgm.fedpc.plan import Alternative, TupleModel, aligned, latent_classes, tuple_model
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 
@@ -66,30 +66,80 @@ def test_the_default_gluing_is_never_below_the_product_of_the_clients():
     assert fallback.info["glue"] == "random" and fallback.score(ds.test) == pytest.approx(product, abs=1e-12)
 
 
-def test_aligned_gluing_mixes_the_counts_with_the_plain_product():
-    """Two single-client subspaces of 2 clusters each, plus (last) each client's circuit of all its
-    rows: the product's weight w, the counts share 1 - w."""
-    sizes = [[30, 10, 40], [25, 15, 40]]
-    counts = {(0, 0): 30, (1, 1): 8, (1, 0): 2}
-    chosen, weights = glue(sizes, "aligned", None, np.random.default_rng(0), counts, product=0.25)
+def subspaces_of(clusters: list[int]) -> list[list[Alternative]]:
+    """Single-client subspaces of ``clusters[j]`` cluster circuits plus (last) each client's
+    circuit of all its rows, component ids numbered across them."""
+    out, next_id = [], 0
+    for k in clusters:
+        out.append([Alternative([next_id + i], [1.0]) for i in range(k + 1)])
+        next_id += k + 1
+    return out
+
+
+def test_aligned_gluing_mixes_the_observed_tuples_with_the_plain_product():
+    """Two single-client subspaces of 2 clusters each: one product per observed tuple, weighted by
+    its count, times 1 - w, and the product of the clients' circuits of all their rows at w."""
+    tuples = np.array([(0, 0)] * 30 + [(1, 1)] * 8 + [(1, 0)] * 2)
+    chosen, weights = aligned(subspaces_of([2, 2]), [2, 2], tuples, TupleModel(None, 0.25))
     assert chosen == [[0, 0], [1, 0], [1, 1], [2, 2]]
     np.testing.assert_allclose(weights, [0.75 * 0.75, 0.75 * 0.05, 0.75 * 0.2, 0.25])
-    chosen, weights = glue(sizes, "aligned", None, np.random.default_rng(0), counts, product=0.0)
+    chosen, weights = aligned(subspaces_of([2, 2]), [2, 2], tuples, TupleModel(None, 0.0))
     assert chosen == [[0, 0], [1, 0], [1, 1]] and weights == pytest.approx([0.75, 0.05, 0.2])
-    assert glue(sizes, "aligned", None, np.random.default_rng(0), counts, product=1.0) == ([[2, 2]], [1.0])
+    assert aligned(subspaces_of([2, 2]), [2, 2], tuples, TupleModel(None, 1.0)) == ([[2, 2]], [1.0])
+
+
+def latent_class_tuples(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Cluster tuples of 8 clients of 16 clusters each, drawn from 3 latent classes of weights
+    0.2, 0.3, 0.5: (tuples (rows, 8), the classes' cluster distributions (3, 8, 16))."""
+    rng = np.random.default_rng(seed)
+    theta = rng.dirichlet(np.full(16, 0.3), size=(3, 8))
+    h = rng.choice(3, size=rows, p=[0.2, 0.3, 0.5])
+    u = rng.random((rows, 8, 1))
+    return (u > np.cumsum(theta[h], axis=2)).sum(axis=2).clip(max=15), theta
+
+
+def test_latent_classes_recover_the_classes_of_many_clients_tuples():
+    """3,000 tuples over 8 clients, which the observed joint cannot generalise from (nearly every
+    tuple is seen once): EM with 3 classes recovers the classes' weights to 0.02, and the model
+    chosen on held-out folds is a few latent classes, not the observed tuples."""
+    tuples, _ = latent_class_tuples(3000)
+    assert len(np.unique(tuples, axis=0)) > 2500
+    pi, theta = latent_classes(tuples, [16] * 8, 3)
+    np.testing.assert_allclose(np.sort(pi), [0.2, 0.3, 0.5], atol=0.02)
+    assert all(t.shape == (3, 16) and np.allclose(t.sum(axis=1), 1.0) for t in theta)
+    model = tuple_model(tuples, [16] * 8)
+    assert model.classes in (2, 4, 8) and model.product <= 0.1
+
+
+def test_aligned_gluing_by_latent_classes_mixes_each_clients_clusters_per_class():
+    """One product per latent class, which takes in each subspace the mixture of its cluster
+    circuits with the class's weights (appended to the subspace's alternatives), plus the plain
+    product; a subspace held by several clients (one cluster) keeps its one alternative."""
+    tuples, _ = latent_class_tuples(2000)
+    tuples = np.concatenate([tuples, np.zeros((len(tuples), 1), dtype=int)], axis=1)  # a shared subspace
+    alternatives = subspaces_of([16] * 8) + [[Alternative([200, 201], [0.5, 0.5])]]
+    chosen, weights = aligned(alternatives, [16] * 8 + [1], tuples, TupleModel(3, 0.1))
+    assert len(chosen) == 4 and chosen[-1] == [16] * 8 + [0] and weights[-1] == 0.1
+    assert sum(weights) == pytest.approx(1.0) and sorted(weights[:3]) == pytest.approx([0.18, 0.27, 0.45], abs=0.02)
+    for h, product in enumerate(chosen[:3]):
+        assert product == [17 + h] * 8 + [0]
+        for j in range(8):
+            mixture = alternatives[j][product[j]]
+            assert mixture.components == [17 * j + k for k in range(16)] and sum(mixture.weights) == pytest.approx(1)
+    assert len(alternatives[8]) == 1
 
 
 def test_the_products_weight_follows_the_held_out_dependence_of_the_clusters():
     """Independent cluster indices: the product alone (w near 1); one client's index a copy of the
-    other's: the joint (w 0); half copies, 16 clusters on 400 rows (a joint spread thin): in
-    between (0.35-0.4 over seeds 0-4)."""
+    other's: the observed joint (w 0); half copies, 16 clusters on 400 rows (a joint spread
+    thin): in between."""
     rng = np.random.default_rng(0)
     a = rng.integers(0, 4, 2000)
     independent = np.stack([a, rng.integers(0, 4, 2000)], axis=1)
     copied = np.stack([a, a], axis=1)
     b = rng.integers(0, 16, 400)
     half = np.stack([b, np.where(rng.random(400) < 0.5, b, rng.integers(0, 16, 400))], axis=1)
-    assert product_weight(independent) >= 0.9
-    assert product_weight(copied) == 0.0
-    assert 0.2 <= product_weight(half) <= 0.6
-    assert product_weight(copied[:3]) == 1.0  # fewer rows than folds
+    assert tuple_model(independent, [4, 4]).product >= 0.9
+    assert tuple_model(copied, [4, 4]) == TupleModel(None, 0.0)
+    assert 0.1 <= tuple_model(half, [16, 16]).product <= 0.6
+    assert tuple_model(copied[:3], [4, 4]) == TupleModel(None, 1.0)  # fewer rows than folds

@@ -191,9 +191,8 @@ def fit(
             finish("fedpc fit", report, json_out)
         console.print(f"plan: {report['plan']}")
         if report.get("glue") == "aligned":
-            console.print(f"gluing: aligned, {report['clusters']} clusters per client, the plain product of the "
-                          f"clients weighted {report['product_weight']:.2f}; the server learned "
-                          f"{report['shared_with_server']}")
+            console.print(f"gluing: aligned, {report['clusters']} clusters per client, their tuples modelled by "
+                          f"{report['tuple_model']['described']}; the server learned {report['shared_with_server']}")
     for client, why in report.get("left_out", {}).items():
         console.print(f"[yellow]left out: {client}[/] ({why})")
     if out is not None:

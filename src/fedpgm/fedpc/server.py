@@ -7,15 +7,18 @@
 3. A subspace held by one client: that client clusters its rows (on its own columns) into K
    clusters and learns one circuit per cluster.
 4. Products, each with every shared sum and one cluster circuit per single-client subspace
-   (``fedpgm.fedpc.plan.glue``: random, combinatorial or aligned), so each spans all features.
+   (``fedpgm.fedpc.plan.glue``: random or combinatorial), so each spans all features.
 5. A root sum over the products with weights rho = the summed training sizes of each product's
-   children, normalised (or co-occurrence counts for aligned gluing): no forward or backward pass.
+   children, normalised: no forward or backward pass.
+
+Aligned gluing (``fedpgm.fedpc.plan.aligned``) replaces steps 4-5 with a model of the tuples
+of cluster indices the clients' shared rows fall in (learned from a masked sum: ``cooccurrence``):
+the observed tuples or latent classes over them, mixed with the plain product of the clients.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 import numpy as np
 
@@ -28,7 +31,7 @@ from fedpgm.federation.psi import align_rows, check_align
 from fedpgm.federation.secret import share_secret
 from fedpgm.fedpc import defaults
 from fedpgm.fedpc.model import FedPC
-from fedpgm.fedpc.plan import GLUES, Alternative, Plan, assemble, glue, product_weight
+from fedpgm.fedpc.plan import GLUES, Alternative, Plan, TupleModel, aligned, assemble, glue, tuple_model
 from fedpgm.threads import one_thread
 
 PLACEMENTS = ("server", "split")
@@ -101,8 +104,9 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     ``glue_how``: random, combinatorial, aligned or auto (``defaults.glue``); ``clusters``: per
     single-client subspace; None: ``defaults.clusters(glue_how)``.
     ``smoothing``: aligned gluing's pseudo-rows per observed cluster tuple toward the product of
-    the clients' circuits of all their rows (``plan.glue``; 0: the co-occurrence counts alone);
-    None: the product's weight chosen on held-out tuples (``plan.product_weight``).
+    the clients' circuits of all their rows (the observed tuples' weight; 0: the counts alone);
+    None: the tuples' model (observed tuples or latent classes) and the product's weight chosen
+    on held-out tuples (``plan.tuple_model``).
 
     ``align``: "psi" first finds the row ids every party holds by private set intersection and
     fits on those rows (``fedpgm.federation.psi``; ``info["alignment"]``); "none": the parties'
@@ -170,6 +174,7 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     t0 = time.process_time()
 
     components, alternatives, circuits = [], [], []
+    clusters_of: dict[int, int] = {}  # single-client subspace -> its cluster circuits
     for j, (names, holders) in enumerate(spaces):
         def add(client: str, entry: dict, j: int = j) -> int:
             components.append({"client": client, "key": entry["key"], "subspace": j, "n": int(entry["n"])})
@@ -187,16 +192,19 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
         else:
             c = holders[0]
             keys = [k for k in entries[c] if k.startswith("cluster")]  # (fewer if the client merged small ones)
+            clusters_of[j] = len(keys)
             keys += ["whole"] if "whole" in entries[c] else []  # (last: the product of aligned gluing)
             alternatives.append([Alternative([add(c, entries[c][k])], [1.0]) for k in keys])
-    alt_sizes = [[sum(components[i]["n"] for i in a.components) for a in alts] for alts in alternatives]
-    counts, product = None, None
     if glue_how == "aligned":
         tuples = cooccurrence(fed, replies, spaces, clustering)
-        counts = dict(Counter(map(tuple, tuples.tolist())))
-        product = product_weight(tuples) if smoothing is None else \
-            smoothing * len(counts) / (len(tuples) + smoothing * len(counts))
-    chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed), counts, product or 0.0)
+        radix = [clusters_of.get(j, 1) for j in range(len(spaces))]
+        distinct = len(np.unique(tuples, axis=0))
+        model = tuple_model(tuples, radix, seed=seed) if smoothing is None else \
+            TupleModel(None, smoothing * distinct / (len(tuples) + smoothing * distinct))
+        chosen, weights = aligned(alternatives, radix, tuples, model, seed)
+    else:
+        alt_sizes = [[sum(components[i]["n"] for i in a.components) for a in alts] for alts in alternatives]
+        chosen, weights = glue(alt_sizes, glue_how, products, np.random.default_rng(seed))
     plan = Plan([{"features": names, "clients": holders} for names, holders in spaces], components,
                 alternatives, chosen, weights)
     dense_circuits = [c for c in circuits if c.dense]
@@ -207,7 +215,7 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
     policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
     info = {"clusters": clusters, "glue": glue_how, "glue_requested": requested, "smoothing": smoothing,
-            "product_weight": product, "learner": learner, "params": params,
+            "learner": learner, "params": params,
             "placement": placement, "plan": plan.describe(),
             "client_seconds": client_seconds, "server_seconds": server_cpu,
             "critical_path_seconds": max(client_seconds.values()) + server_cpu,
@@ -219,6 +227,9 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     if alignment is not None:
         info["alignment"] = alignment
     if glue_how == "aligned":
+        info["tuple_model"] = {"classes": model.classes, "product_weight": model.product,
+                               "described": model.describe()}
+        info["product_weight"] = model.product
         info["shared_with_server"] = ("counts of the cluster-index tuples of the rows the parties share (a sum of "
                                       "masked indices in an order only the parties know) and each party's row "
                                       "tokens (hashes of its ids under a key only the parties share)")
