@@ -12,12 +12,14 @@
   identity key), else random gluing of one cluster per client (the plain product of the client
   circuits; the paper's Algorithm 1 pairs K clusters at random). Aligned gluing learns how often
   the clients' clusters co-occur from a masked sum (``fedpc.server.cooccurrence``; the
-  coordinator learns the tuples' histogram, no row's cluster) and mixes that joint with the
-  plain product of the clients' circuits of all their rows, the product's weight chosen on
-  held-out tuples (``plan.product_weight``). Over the 45 tables of docs/real_tables.md,
+  coordinator learns the tuples' histogram, no row's cluster), models the tuples by their
+  observed counts or by latent classes, whichever held-out tuples prefer (``plan.tuple_model``),
+  and mixes that joint with the plain product of the clients' circuits of all their rows, the
+  product's weight chosen on the same folds. Over the 45 tables of docs/real_tables.md,
   vertical x3, test LL below centralized, median (tables below the product): random K = 1
-  11.0%; aligned with 2, 4, 8, 16, 32 and 64 clusters 10.3% (4), 6.8% (2), 6.3% (1), 4.6% (0),
-  4.0% (0), 4.1% (0).
+  11.0%; aligned (observed tuples) with 2, 4, 8, 16, 32 and 64 clusters 10.3% (4), 6.8% (2),
+  6.3% (1), 4.6% (0), 4.0% (0), 4.1% (0). Latent classes matter where clients are many
+  (docs/fedpc.md, "Defaults that adapt").
 - ``clusters``: 1 for random and combinatorial gluing, whose pairing of clusters across clients
   is blind to the rows and adds dependence the data does not have (vertical x3, test nats per
   row, 2 random clusters against the product: a 10,000-row sample of diamonds -20.86 against
