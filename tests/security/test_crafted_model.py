@@ -74,8 +74,9 @@ def rows_read_back(x: np.ndarray, sent: dict, reply: Message) -> int:
     return len(found)
 
 
-def train_reply(frame, schema, policy: ClientPolicy, sent: dict, dp: dict | None = None) -> Message:
-    ctx = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), None)
+def train_reply(frame, schema, policy: ClientPolicy, sent: dict, dp: dict | None = None,
+                ctx: ClientContext | None = None) -> Message:
+    ctx = ctx or ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), None)
     config = {"spec": ConceptModel("cgm", INPUTS, {"c": 2, "y": 2}, nx.DiGraph([("c", "y")]), "y",
                                    hidden=UNITS, emb=4).spec(), "settings": SETTINGS}
     return HANDLERS.handle(Message("train", sent, {**config, **({"dp": dp} if dp else {})}), ctx)
@@ -99,3 +100,21 @@ def test_a_policy_requiring_dp_gives_the_crafted_model_no_row(table):
     reply = train_reply(frame, schema, dp_policy, sent, {"epsilon": 1.0, "total_epochs": 1})
     assert reply.config["epsilon"] <= 1.0 + 1e-9
     assert rows_read_back(x, sent, reply) == 0
+
+
+def test_a_new_run_does_not_reset_the_clients_dp_budget(table):
+    """The coordinator spends the client's budget in one run and starts another: the node's
+    spending from its earlier runs (``fedpgm.federation.spending``) counts, and the client trains
+    no more; in a run of its own the same request is answered."""
+    x, frame, schema = table
+    sent = crafted_model()
+    policy = ClientPolicy(max_epsilon=1.0)
+    dp = {"epsilon": 1.0, "total_epochs": 1}
+    first = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), None)
+    assert train_reply(frame, schema, policy, sent, dp, first).config["epsilon"] == pytest.approx(1.0, rel=0.05)
+    later = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), None,
+                          earlier_dp=first.state["dp_history"])
+    with pytest.raises(PolicyRefusal, match=r"has spent its privacy budget \(epsilon .* > 1.0 with this update "
+                                            "over this and the node's earlier runs\); it trains no more"):
+        train_reply(frame, schema, policy, sent, dp, later)
+    assert "dp_history" not in later.state  # nothing left, nothing recorded

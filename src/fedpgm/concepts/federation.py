@@ -43,7 +43,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation.apps import check_backend
 from fedpgm.federation.codec import Message
 from fedpgm.federation.contract import NOTHING, Array, Contract, Fields, Float, Int, Maybe
-from fedpgm.federation.handlers import ClientContext, HandlerSet
+from fedpgm.federation.handlers import DP_HISTORY, ClientContext, HandlerSet
 from fedpgm.federation.shares import SECURE, own_fraction, secure_weighted_mean, weighted_share
 
 HANDLERS = HandlerSet("concepts")
@@ -108,16 +108,17 @@ def train(request: Message, ctx: ClientContext) -> Message:
     wanted, notes = ctx.policy.dp(cfg.get("dp"), ctx.client_id)  # the client's floor, not the server's
     ctx.notes.extend(notes)
     if wanted:
-        dp = ClientDP(DPSettings(**wanted), len(x), settings.batch_size, ctx.state.get("dp_history"))
+        dp = ClientDP(DPSettings(**wanted), len(x), settings.batch_size, ctx.state.get(DP_HISTORY))
     t0 = time.process_time()
     units = local_train(model, x, codes, nodes, settings, dp)
     reply = {"units": units, "n_rows": len(x), "seconds": time.process_time() - t0}
     if dp is not None:
-        budget = ctx.policy.max_epsilon
-        if budget is not None and dp.epsilon() > budget * (1 + 1e-9):  # nothing leaves: nothing spent
-            raise PolicyRefusal(f"client '{ctx.client_id}' has spent its privacy budget (epsilon "
-                                f"{dp.epsilon():.3g} > {budget} with this update); it trains no more")
-        ctx.state["dp_history"] = dp.history
+        budget, spent = ctx.policy.max_epsilon, dp.epsilon(ctx.earlier_dp)
+        if budget is not None and spent > budget * (1 + 1e-9):  # nothing leaves: nothing spent
+            runs = " over this and the node's earlier runs" if ctx.earlier_dp else ""
+            raise PolicyRefusal(f"client '{ctx.client_id}' has spent its privacy budget (epsilon {spent:.3g} > "
+                                f"{budget} with this update{runs}); it trains no more")
+        ctx.state[DP_HISTORY] = dp.history
         reply["epsilon"] = dp.epsilon()
         reply["epsilon_update"] = dp.update_epsilon(settings.epochs * dp.steps_per_epoch)
     if "secure" in cfg:  # a share of a secure sum: the server sees only the sum over clients

@@ -13,7 +13,9 @@ rate ``batch_size / rows`` (Poisson-sampled batches, as the accounting assumes).
 
 The RDP accountant's history is plain JSON, kept by the client across rounds, so the epsilon it
 reports is what all its updates have spent together (never above the target under
-``training``); ``update_epsilon`` is what the last update alone spent.
+``training``); ``update_epsilon`` is what the last update alone spent. A Flower node also keeps
+each run's history beside its runs (``fedpgm.federation.spending``), and a client's policy budget
+(``max_epsilon``) counts its earlier runs too.
 """
 
 from __future__ import annotations
@@ -77,9 +79,12 @@ class ClientDP:
     def history(self) -> list:
         return [list(h) for h in self.accountant.history]
 
-    def epsilon(self) -> float:
-        """Spent by every update so far, composed."""
-        return float(self.accountant.get_epsilon(self.s.delta)) if self.accountant.history else 0.0
+    def epsilon(self, earlier: list | None = None) -> float:
+        """Spent by every update so far, composed; with ``earlier`` (accountant steps of other
+        runs on the same rows, ``fedpgm.federation.spending``) composed with those too."""
+        accountant = RDPAccountant()
+        accountant.history = [tuple(h) for h in (earlier or [])] + list(self.accountant.history)
+        return float(accountant.get_epsilon(self.s.delta)) if accountant.history else 0.0
 
     def update_epsilon(self, steps: int) -> float:
         """Spent by the last ``steps`` steps alone (one update)."""

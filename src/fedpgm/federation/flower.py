@@ -73,7 +73,8 @@ from fedpgm.federation.apps import handlers_path, procedure_path  # noqa: E402
 from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation, Outcome,  # noqa: E402
                                     Payload)
 from fedpgm.federation.codec import CodecError, Message, decode, encode  # noqa: E402
-from fedpgm.federation.handlers import ClientContext, HandlerSet, load_state, save_state  # noqa: E402
+from fedpgm.federation import spending  # noqa: E402
+from fedpgm.federation.handlers import DP_HISTORY, ClientContext, HandlerSet, load_state, save_state  # noqa: E402
 from fedpgm.federation.runtime import load_handlers  # noqa: E402
 from fedpgm.federation.identity import Identity  # noqa: E402
 from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
@@ -384,7 +385,16 @@ def node_context(context: Context) -> ClientContext:
     workdir = Path(str(nc["workdir"])) / f"run-{context.run_id}"  # state is per run
     entry: dict = next((e for e in doc.get("clients", []) if e.get("id") == cid), {})
     data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}), policy)
-    return ClientContext(cid, data, workdir, load_state(workdir), identity=identity)
+    return ClientContext(cid, data, workdir, load_state(workdir), identity=identity,
+                         earlier_dp=spending.earlier(workdir.parent, workdir.name))
+
+
+def keep(ctx: ClientContext) -> None:
+    """Save a node's run state after a message, and what its DP training spent in this run beside
+    the runs' folders (``fedpgm.federation.spending``), so that no new run starts its budget afresh."""
+    save_state(ctx.state, ctx.workdir)
+    if DP_HISTORY in ctx.state:
+        spending.record(ctx.workdir.parent, ctx.workdir.name, list(ctx.state[DP_HISTORY]))
 
 
 def family_client_app() -> ClientApp:
@@ -430,7 +440,7 @@ def route(msg: FlowerMessage, context: Context) -> FlowerMessage:
         status, payload = serve_one(handlers, ctx, from_record(msg.content))  # other's thread pools
     if status != OK:
         raise RuntimeError(bytes(payload).decode())
-    save_state(ctx.state, ctx.workdir)
+    keep(ctx)
     return FlowerMessage(to_record(payload), reply_to=msg)
 
 
@@ -445,6 +455,6 @@ def secure_route(msg: FlowerMessage, context: Context) -> FlowerMessage:
     ctx = node_context(context)
     ctx.secure = True  # a share of a secure sum: what a policy requiring secure aggregation allows
     reply = client_reply(msg, lambda request: handlers.handle(request, ctx))
-    save_state(ctx.state, ctx.workdir)
+    keep(ctx)
     return reply
 

@@ -57,6 +57,7 @@ Handler = Callable[[Message, "ClientContext"], Message]
 JSON_TYPES = (str, int, float, bool, list, dict, type(None))
 ALIGNED = "align/rows"  # state: (rows,) int64 positions of the aligned training rows
 REQUESTS = "policy/requests"  # state: requests this client has answered in this run
+DP_HISTORY = "dp_history"  # state: the DP accountant's steps of this run (fedpgm.concepts.privacy)
 
 
 @dataclass
@@ -64,7 +65,8 @@ class ClientContext:
     """What a client handler sees: its client id, its own data (train/test rows, schema), a
     working folder for state kept between messages, and its privacy policy; its identity (signing
     key and the parties' roster) where the deployment gave it one; ``secure``: this request came
-    as a share of a secure sum."""
+    as a share of a secure sum; ``earlier_dp``: the DP accountant's steps its rows served in the
+    node's other runs (``fedpgm.federation.spending``; none in-process)."""
     client_id: str
     data: ClientData
     workdir: Path
@@ -73,6 +75,7 @@ class ClientContext:
     secure: bool = False
     cache: dict = field(default_factory=dict, repr=False)  # derived values; never saved or sent
     notes: list = field(default_factory=list)  # what the policy changed in this message's request
+    earlier_dp: list = field(default_factory=list)  # DP steps this node spent in other runs (``spending``)
 
     @property
     def policy(self) -> ClientPolicy:
