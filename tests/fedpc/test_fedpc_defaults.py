@@ -143,3 +143,16 @@ def test_the_products_weight_follows_the_held_out_dependence_of_the_clusters():
     assert tuple_model(copied, [4, 4]) == TupleModel(None, 0.0)
     assert 0.1 <= tuple_model(half, [16, 16]).product <= 0.6
     assert tuple_model(copied[:3], [4, 4]) == TupleModel(None, 1.0)  # fewer rows than folds
+
+
+def test_eight_clients_glued_by_latent_classes_beat_their_observed_tuples():
+    """pgmpy's insurance network, vertical x8 (1,000 rows): nearly every shared row's tuple of 8
+    clients' clusters is unique, so auto gluing models the tuples by latent classes, and the
+    circuit they give scores 2.5 nats per row above the observed tuples' (``smoothing`` 1: a
+    pseudo-row each) and 3 above the plain product of the clients (16.90, 19.65, 20.24 nats)."""
+    ds = load_dataset("bn:insurance", rows=1000, seed=0)
+    part = partition(ds, "vertical", 8, seed=0)
+    auto, counts, product = run(part), run(part, smoothing=1.0), run(part, glue_how="random")
+    assert auto.info["tuple_model"]["classes"] in (8, 16, 32) and auto.info["product_weight"] >= 0.1
+    assert counts.info["tuple_model"]["classes"] is None
+    assert auto.score(ds.test) > counts.score(ds.test) + 2.5 and auto.score(ds.test) > product.score(ds.test) + 3
