@@ -1,5 +1,6 @@
 """Item 5 of the security issue: a coordinator that crafts the F-CM it sends reads rows back from
-one plain update, and a client whose policy requires DP (``max_epsilon``) gives it none.
+one plain update, and a client whose policy requires DP (``max_epsilon``) gives it none; nor
+through FedAvg, which has no DP training and which such a client does not answer.
 
 The crafted model (the "binning" attack, Fowl et al. 2022, "Robbing the Fed"): every encoder unit
 j measures the same direction a of the inputs with its own threshold c_j, and every downstream
@@ -18,6 +19,8 @@ import pandas as pd
 import pytest
 import torch
 
+from fedpgm.baselines import fedavg
+from fedpgm.baselines.tabular import get_weights, mlp
 from fedpgm.concepts.federation import HANDLERS
 from fedpgm.concepts.models import ConceptModel, arrays
 from fedpgm.data.partition import ClientData
@@ -43,26 +46,33 @@ def table():
     return x, frame, schema
 
 
-def crafted_model(seed: int = 1) -> dict[str, np.ndarray]:
-    """The coordinator's model: binning encoder, identical tiny columns downstream."""
+def binning(first: torch.nn.Linear, after: torch.nn.Linear, seed: int = 1) -> None:
+    """Craft ``first`` (inputs -> UNITS) to bin one direction of the inputs and ``after`` (UNITS ->
+    UNITS) to read every unit alike, tiny, and in its activation's linear part."""
     rng = np.random.default_rng(seed)
-    model = ConceptModel("cgm", INPUTS, {"c": 2, "y": 2}, nx.DiGraph([("c", "y")]), "y", hidden=UNITS, emb=4)
     a = rng.normal(size=INPUTS)
     a /= np.linalg.norm(a)
     cuts = np.quantile(rng.normal(size=100_000), np.linspace(0.001, 0.999, UNITS))  # a guess of a.x's law
     with torch.no_grad():
-        model.encoder[0].weight[:] = torch.tensor(np.tile(a * 1e-2, (UNITS, 1)), dtype=torch.float32)
-        model.encoder[0].bias[:] = torch.tensor(-cuts * 1e-2, dtype=torch.float32)
-        column = torch.full((UNITS, 1), 1e-11)
-        model.nodes["c"].inp.weight[:] = column.expand(UNITS, UNITS)
-        model.nodes["c"].inp.bias[:] = 1.0  # (downstream stays in LeakyReLU's linear part)
+        first.weight[:] = torch.tensor(np.tile(a * 1e-2, (UNITS, 1)), dtype=torch.float32)
+        first.bias[:] = torch.tensor(-cuts * 1e-2, dtype=torch.float32)
+        after.weight[:] = torch.full((UNITS, 1), 1e-11).expand(UNITS, UNITS)
+        after.bias[:] = 1.0
+
+
+def crafted_model(seed: int = 1) -> dict[str, np.ndarray]:
+    """The coordinator's F-CM: binning encoder, identical tiny columns downstream."""
+    model = ConceptModel("cgm", INPUTS, {"c": 2, "y": 2}, nx.DiGraph([("c", "y")]), "y", hidden=UNITS, emb=4)
+    binning(model.encoder[0], model.nodes["c"].inp, seed)
     return arrays(model)
 
 
-def rows_read_back(x: np.ndarray, sent: dict, reply: Message) -> int:
-    """How many of the client's rows the coordinator recovers to 1e-3 relative error."""
-    step = lambda k: -(reply.arrays[k].astype(np.float64) - sent[k]) * ADAM_EPS / SETTINGS["lr"]  # noqa: E731
-    g_w, g_b = step("encoder.0.weight"), step("encoder.0.bias")
+def rows_read_back(x: np.ndarray, sent: dict, reply: Message, first: str = "encoder.0", lr: float = SETTINGS["lr"]
+                   ) -> int:
+    """How many of the client's rows the coordinator recovers to 1e-3 relative error from the
+    step Adam took on the crafted layer ``first``."""
+    step = lambda k: -(reply.arrays[k].astype(np.float64) - sent[k]) * ADAM_EPS / lr  # noqa: E731
+    g_w, g_b = step(f"{first}.weight"), step(f"{first}.bias")
     found = set()
     for j in range(UNITS - 1):
         db = g_b[j] - g_b[j + 1]
@@ -115,6 +125,30 @@ def test_a_new_run_does_not_reset_the_clients_dp_budget(table):
     later = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), None,
                           earlier_dp=first.state["dp_history"])
     with pytest.raises(PolicyRefusal, match=r"has spent its privacy budget \(epsilon .* > 1.0 with this update "
-                                            "over this and the node's earlier runs\); it trains no more"):
+                                            r"over this and the node's earlier runs\); it trains no more"):
         train_reply(frame, schema, policy, sent, dp, later)
     assert "dp_history" not in later.state  # nothing left, nothing recorded
+
+
+def fedavg_reply(frame, schema, policy: ClientPolicy, sent: dict) -> Message:
+    ctx = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), None)
+    config = {"stats": {f"input:{i}": [0.0, 1.0] for i in range(INPUTS)}, "epochs": 1, "lr": SETTINGS["lr"],
+              "batch_size": 4096, "hidden": UNITS, "layers": 2, "arch": "mlp", "seed": 0}
+    return fedavg.HANDLERS.handle(Message("train", sent, config), ctx)
+
+
+def test_fedavg_gives_rows_to_a_crafted_model_and_a_client_requiring_dp_does_not_answer_it(table):
+    """FedAvg trains the weights it is sent, with no DP: the same binning reads rows from its
+    update under the default policy, and a policy with ``max_epsilon`` refuses the request before
+    it trains (``Contract.sent_model``), where before it answered in the clear."""
+    x, frame, schema = table
+    frame = frame.drop(columns="c")
+    schema = Schema(tuple(schema[n] for n in schema.names if n != "c"), label="y")
+    net = mlp(INPUTS, 2, UNITS, 2)
+    binning(net[0], net[2])
+    sent = get_weights(net)
+    recovered = rows_read_back(x, sent, fedavg_reply(frame, schema, ClientPolicy(), sent), first="0")
+    print("rows recovered through FedAvg, default policy:", recovered, "of", ROWS)
+    assert recovered >= ROWS // 4
+    with pytest.raises(PolicyRefusal, match="trains a model it is sent only under differential privacy"):
+        fedavg_reply(frame, schema, ClientPolicy(max_epsilon=1.0), sent)

@@ -26,7 +26,7 @@ TRAIN = Contract({"stats": STATS, "epochs": Int(1, 1000), "lr": Float(1e-7, 10.0
                   "hidden": Int(1, 4096), "layers": Int(1, 16), "arch": Choice("mlp", "tabnet"),
                   "seed": Int(0, 2**63 - 1)},
                  required=("stats", "epochs", "lr", "batch_size", "hidden", "layers", "arch", "seed"),
-                 arrays={"*": Array("f")}, update=True)
+                 arrays={"*": Array("f")}, update=True, sent_model=True)
 
 
 @HANDLERS.query("describe", NOTHING)

@@ -76,7 +76,8 @@ TRAIN = Contract({"spec": SPEC,
                                       "delta": Float(1e-12, 0.5), "max_grad_norm": Float(1e-6, 1e3)},
                                      required=("epsilon", "total_epochs"))),
                   "secure": SECURE},
-                 required=("spec", "settings"), arrays={"*": Array("f")}, update=True)
+                 required=("spec", "settings"), arrays={"*": Array("f")}, update=True,
+                 sent_model=True, dp=True)
 
 
 @HANDLERS.query("describe", NOTHING)

@@ -240,11 +240,17 @@ class Array:
 class Contract:
     """What a server may put in one request: ``config`` fields (a ``Fields`` over the whole
     config) and ``arrays`` by name pattern (``fnmatch``: ``"setup/*"``). ``update``: the reply is
-    a model update, which a policy requiring secure aggregation sends only as a secure-sum share."""
+    a model update, which a policy requiring secure aggregation sends only as a secure-sum share.
+    ``sent_model``: the request's arrays are a model the client trains on its rows and returns; its
+    weights are the server's, which can craft them so that the update gives rows back
+    (docs/security.md), so a policy that requires DP (``max_epsilon``) answers it only where the
+    handler trains under DP (``dp``)."""
     fields: dict[str, Field] = field(default_factory=dict)
     required: tuple[str, ...] = ()
     arrays: dict[str, Array] = field(default_factory=dict)
     update: bool = False
+    sent_model: bool = False
+    dp: bool = False
 
     def check(self, name: str, config: dict, arrays: dict[str, np.ndarray], ctx) -> dict:
         """The request's config as checked; ``PolicyRefusal`` naming the first field outside it."""

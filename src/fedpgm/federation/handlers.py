@@ -180,8 +180,9 @@ class HandlerSet:
 
     def handle(self, request: Message, ctx: ClientContext) -> Message:
         """Run the handler under the client's policy: its family allow-list, its per-run request
-        budget and the handler's contract first (nothing is computed for a request outside them);
-        after, the privacy audit of the reply (unless the policy turns it off) and the notes."""
+        budget, its DP and secure-aggregation requirements and the handler's contract first
+        (nothing is computed for a request outside them); after, the privacy audit of the reply
+        (unless the policy turns it off) and the notes."""
         ctx.policy.check_family(self.name, ctx.client_id)
         _, fn, contract = self.lookup(request.name)
         answered = int(ctx.state.get(REQUESTS, 0))
@@ -192,6 +193,10 @@ class HandlerSet:
         if contract.update and ctx.policy.require_secure_aggregation and not ctx.secure:
             raise PolicyRefusal(f"client '{ctx.client_id}' sends '{request.name}' updates only as shares of a "
                                 "secure sum (its policy requires secure aggregation); rerun with --secure-aggregation")
+        if contract.sent_model and not contract.dp and ctx.policy.max_epsilon is not None:
+            raise PolicyRefusal(f"client '{ctx.client_id}' trains a model it is sent only under differential "
+                                f"privacy (its policy's max_epsilon), and '{self.name}' has none; use a family "
+                                "that trains under DP (concepts, --dp-epsilon)")
         ctx.notes = []
         ctx.align()
         request = Message(request.name, request.arrays,
