@@ -21,7 +21,7 @@ def test_fit_evaluate_query(cli, tmp_path, read_report):
     assert r["dataset"] == "breast_cancer" and r["settings"]["split"] == "vertical" and r["settings"]["clients"] == 2
     m, t = r["metrics"], r["timing"]
     assert m["accuracy"] > 0.85 and "f1" in m
-    assert 0.0 <= m["product_weight"] <= 1.0
+    assert 0.0 <= r["details"]["tuple_model"]["product_weight"] <= 1.0
     assert "masked" in r["communication"]["shared_with_server"] and "gluing: aligned, 4 clusters" in " ".join(out.split())
     assert t["relative_runtime"] == t["critical_path_seconds"] / t["centralized_train_seconds"]
     code, out, err = cli("fedpc", "evaluate", model, "breast_cancer", "--json", tmp_path / "e.json")

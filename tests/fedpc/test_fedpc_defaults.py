@@ -59,7 +59,7 @@ def test_the_default_gluing_is_never_below_the_product_of_the_clients():
     assert run(part, glue_how="random", clusters=2).score(ds.test) < product - 1.0
     auto = run(part)
     assert (auto.info["glue"], auto.info["glue_requested"], auto.info["clusters"]) == ("aligned", "auto", 32)
-    assert len(auto.plan.products) > 1 and 0.0 <= auto.info["product_weight"] < 1.0
+    assert len(auto.plan.products) > 1 and 0.0 <= auto.info["tuple_model"]["product_weight"] < 1.0
     assert auto.score(ds.test) > product + 0.05
     part.clients[1].policy = ClientPolicy(memberships=False)
     fallback = run(part)
@@ -153,6 +153,6 @@ def test_eight_clients_glued_by_latent_classes_beat_their_observed_tuples():
     ds = load_dataset("bn:insurance", rows=1000, seed=0)
     part = partition(ds, "vertical", 8, seed=0)
     auto, counts, product = run(part), run(part, smoothing=1.0), run(part, glue_how="random")
-    assert auto.info["tuple_model"]["classes"] in (8, 16, 32) and auto.info["product_weight"] >= 0.1
+    assert auto.info["tuple_model"]["classes"] in (8, 16, 32) and auto.info["tuple_model"]["product_weight"] >= 0.1
     assert counts.info["tuple_model"]["classes"] is None
     assert auto.score(ds.test) > counts.score(ds.test) + 2.5 and auto.score(ds.test) > product.score(ds.test) + 3

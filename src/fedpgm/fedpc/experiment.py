@@ -193,7 +193,7 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
     if requested != settings.clients:  # (a narrow table: ``within_columns``)
         report["settings"]["clients_requested"] = requested
     for key in ("n_nodes", "n_edges", "n_params", "left_out", "client_policy", "alignment", "glue", "clusters",
-                "product_weight", "tuple_model", "shared_with_server"):
+                "tuple_model", "shared_with_server"):
         if key in info:
             report[key] = info[key]
     pixels = images.layout(ds.schema) is not None and images.levels(ds.schema) is not None

@@ -198,9 +198,11 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     if glue_how == "aligned":
         tuples = cooccurrence(fed, replies, spaces, clustering)
         radix = [clusters_of.get(j, 1) for j in range(len(spaces))]
-        distinct = len(np.unique(tuples, axis=0))
-        model = tuple_model(tuples, radix, seed=seed) if smoothing is None else \
-            TupleModel(None, smoothing * distinct / (len(tuples) + smoothing * distinct))
+        if smoothing is None:
+            model = tuple_model(tuples, radix, seed=seed)
+        else:  # the observed tuples, each with ``smoothing`` pseudo-rows of the product
+            distinct = len(np.unique(tuples, axis=0))
+            model = TupleModel(None, smoothing * distinct / (len(tuples) + smoothing * distinct))
         chosen, weights = aligned(alternatives, radix, tuples, model, seed)
     else:
         alt_sizes = [[sum(components[i]["n"] for i in a.components) for a in alts] for alts in alternatives]
@@ -229,7 +231,6 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     if glue_how == "aligned":
         info["tuple_model"] = {"classes": model.classes, "product_weight": model.product,
                                "described": model.describe()}
-        info["product_weight"] = model.product
         info["shared_with_server"] = ("counts of the cluster-index tuples of the rows the parties share (a sum of "
                                       "masked indices in an order only the parties know) and each party's row "
                                       "tokens (hashes of its ids under a key only the parties share)")
