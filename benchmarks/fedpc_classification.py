@@ -58,6 +58,7 @@ def run_seed(name: str, seed: int, args) -> dict:
         if "fcpc" in args.methods:
             glue = {"glue": "aligned", "clusters": 8} if split != "horizontal" else {"glue": "random", "clusters": 2}
             s = FitSettings(split=split, clients=k, partition=options(split), seed=seed, centralized=False,
+                            refine_passes=0,  # (the paper's one pass)
                             params={"min_instances_slice": args.min_instances, "by_label": args.by_label,
                                     "leaf": args.leaf}, **glue)
             if args.protocol == "paper":  # Table 4's threshold, slice minimum and gluing; plain LearnSPN, K=2

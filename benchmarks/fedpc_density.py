@@ -60,7 +60,7 @@ def plan(name: str, seed: int, protocol: str, min_instances: dict, budget_s: flo
     threshold, min_instances_slice and gluing per split (``PAPER_TABLE4``), K=2."""
     cells = []
     for split, k, opts in SPLITS:
-        base = FitSettings(split=split, clients=k, partition=opts, seed=seed, centralized=False,
+        base = FitSettings(split=split, clients=k, partition=opts, seed=seed, centralized=False, refine_passes=0,
                            params={"min_instances_slice": min_instances.get(name, 100)})
         if budget_s is not None:  # every circuit's LearnSPN settings chosen on its learner's own rows
             base = replace(base, learner="learnspn-cv", params={"budget_s": budget_s})

@@ -48,6 +48,7 @@ def main() -> None:
     ds = mixture(args.rows, args.cols, 8, 0)
     t0 = time.perf_counter()
     _, r = run_fedpc(ds, FitSettings(split="horizontal", clients=args.clients, seed=0, centralized=False,
+                                     refine_passes=0,
                                      params={"min_instances_slice": 2000}))
     wall = time.perf_counter() - t0
     kib = 1024

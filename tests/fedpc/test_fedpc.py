@@ -33,7 +33,7 @@ def mixed():
 
 def test_horizontal_one_client_equals_the_local_circuit(mixed):
     part = partition(mixed, "horizontal", 1, seed=0)
-    model = run(part, clusters=1, seed=3)
+    model = run(part, clusters=1, seed=3, refine_passes=0)  # (Algorithm 1: one pass)
     local = LearnSPN(defaults.min_instances(len(mixed.train)), 0.3, seed=3, min_leaf_rows=10).fit(
         mixed.train, mixed.schema)  # (the client's auto slice minimum and policy floor)
     np.testing.assert_allclose(model.log_likelihood(mixed.test), local.log_likelihood(mixed.test), rtol=1e-10)
@@ -41,7 +41,7 @@ def test_horizontal_one_client_equals_the_local_circuit(mixed):
 
 def test_horizontal_is_the_size_weighted_mixture_of_client_circuits(mixed):
     part = partition(mixed, "horizontal", 3, seed=1)
-    model = run(part, clusters=2, seed=4)
+    model = run(part, clusters=2, seed=4, refine_passes=0)
     model.circuit.validate()
     local = [LearnSPN(defaults.min_instances(len(c.train)), 0.3, seed=4, min_leaf_rows=10).fit(c.train, c.schema)
              .log_likelihood(mixed.test) for c in part.clients]  # (each client's auto slice minimum and floor)
@@ -146,8 +146,8 @@ def test_clients_with_chow_liu_tree_leaves():
     their row-weighted mixture, and beats clients with independent leaves."""
     ds = load_dataset("bn:asia", rows=3000, seed=0)
     part = partition(ds, "horizontal", 2, seed=0, scheme="iid")
-    trees = run(part, params={"min_instances_slice": 5000, "leaf_model": "chow-liu"})
-    flat = run(part, params={"min_instances_slice": 5000})
+    trees = run(part, params={"min_instances_slice": 5000, "leaf_model": "chow-liu"}, refine_passes=0)
+    flat = run(part, params={"min_instances_slice": 5000}, refine_passes=0)
     trees.circuit.validate()
     local = [LearnSPN(min_instances_slice=5000, leaf_model="chow-liu", min_leaf_rows=10).fit(c.train, c.schema)
              for c in part.clients]  # (the client's policy floor, min_rows 10, applies to its tree tables)
@@ -166,7 +166,7 @@ def test_clients_choosing_their_own_learnspn_settings(monkeypatch):
     part = partition(ds, "horizontal", 2, seed=0, scheme="iid")
     for c in part.clients:
         c.policy = ClientPolicy(min_rows=400)
-    model = run(part, clusters=1, learner="learnspn-cv", params={"budget_s": 600})
+    model = run(part, clusters=1, learner="learnspn-cv", params={"budget_s": 600}, refine_passes=0)
     model.circuit.validate()
     assert all(n == ["min_instances_floor raised from 1 to 400 by the client's policy (min_rows)"]
                for n in model.info["client_policy"].values())

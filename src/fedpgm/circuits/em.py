@@ -122,10 +122,12 @@ def marginal_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, mi
     return out
 
 
-def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[np.ndarray], min_rows: int) -> dict:
+def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[np.ndarray] | None,
+            min_rows: int) -> dict:
     """``stats`` (with "mass" and "top" entries) where every leaf and sum rests on ``min_rows``
-    rows: a leaf below takes ``marginal`` (of ``marginal_statistics``) times its weight sum, a sum
-    its current weights times its flow (module doc)."""
+    rows: a leaf below takes ``marginal`` (of ``marginal_statistics``) times its weight sum, or
+    without ``marginal`` is left out (its parameters stay), a sum its current weights times its
+    flow (module doc)."""
     out = dict(stats)
     for k, layer in enumerate(cc.layers):
         sums = stats.get(("mass", "sum", k))
@@ -133,12 +135,49 @@ def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[n
             parent = layer.parent.cpu().numpy()
             old = np.concatenate([circuit.nodes[node_id].weights for node_id in layer.nodes])  # type: ignore[union-attr]
             out[("edge", k)] = np.where(low[parent], sums[parent] * old, stats[("edge", k)])
+    for i, j, node_id in below_floor(cc, stats, min_rows):
+        if marginal is None:
+            del out[("leaf", node_id)]
+        else:
+            out[("leaf", node_id)] = marginal[i][j] * stats[("mass", "leaf", i)][j]
+    return out
+
+
+def below_floor(cc: CompiledCircuit, stats: dict, min_rows: int) -> list[tuple[int, int, int]]:
+    """(group, position in it, node id) of every leaf whose weights in ``stats`` (with "mass" and
+    "top" entries) rest on fewer than ``min_rows`` rows (module doc)."""
+    out = []
     for i, g in enumerate(cc.groups):
         if ("mass", "leaf", i) in stats:
             sums = stats[("mass", "leaf", i)]
-            for j in np.flatnonzero(sums < min_rows * stats[("top", "leaf", i)]):
-                out[("leaf", g.nodes[j])] = marginal[i][j] * sums[j]
+            out += [(i, int(j), g.nodes[j]) for j in np.flatnonzero(sums < min_rows * stats[("top", "leaf", i)])]
     return out
+
+
+def by_node(circuit: Circuit, cc: CompiledCircuit, stats: dict) -> dict[str, np.ndarray]:
+    """``stats`` keyed by node instead of by compiled layer, so that another process that compiles
+    the same circuit can use them (``by_layer``): {"sum/ID": (children,) edge counts, "leaf/ID":
+    the leaf's statistics}; "mass" and "top" entries are left out."""
+    out: dict[str, np.ndarray] = {}
+    for k, layer in enumerate(cc.layers):
+        if ("edge", k) in stats:
+            offset = 0
+            for node_id in layer.nodes:
+                width = len(circuit.nodes[node_id].children)  # type: ignore[union-attr]
+                out[f"sum/{node_id}"] = np.asarray(stats[("edge", k)][offset: offset + width], dtype=np.float64)
+                offset += width
+    out.update({f"leaf/{key[1]}": np.asarray(v, dtype=np.float64) for key, v in stats.items() if key[0] == "leaf"})
+    return out
+
+
+def by_layer(circuit: Circuit, cc: CompiledCircuit, named: dict[str, np.ndarray]) -> dict:
+    """``by_node``'s statistics back in ``m_step``'s keys for this process's compiled ``cc``."""
+    stats: dict = {}
+    for k, layer in enumerate(cc.layers):
+        if layer.kind == "sum":
+            stats[("edge", k)] = np.concatenate([named[f"sum/{node_id}"] for node_id in layer.nodes])
+    stats.update({("leaf", int(key[5:])): v for key, v in named.items() if key.startswith("leaf/")})
+    return stats
 
 
 def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict, floors: np.ndarray, alpha: float = ALPHA) -> None:

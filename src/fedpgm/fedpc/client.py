@@ -15,6 +15,13 @@
   weight plus masks that cancel over the parties, in an order only the parties can derive. The
   server's sum over the parties is the rows' tuples of cluster indices in an order it cannot link
   to any row (their histogram: the co-occurrence counts); one party's values alone are uniform.
+- ``em`` (horizontal refinement, ``fedpgm.fedpc.refine``): for the assembled circuit the
+  server sends, the expected statistics of EM over this client's rows, each resting on at least
+  ``min_rows`` rows (``circuits.em.floored``): edge counts of every sum (a sum below the floor
+  keeps its weights) and the weighted sufficient statistics of each leaf above it (a leaf below
+  is left out, and the server keeps it unless another client sends it), and the log-likelihood
+  summed over a held-out share of its rows that the statistics leave out (a scalar, over at
+  least ``min_rows`` rows).
 - ``loglik``: per-row log-likelihoods of the kept circuits for query rows the server sends
   (only the columns this client holds); split placement evaluates the FedPC this way.
 - ``fit_tree``: FC[DT]'s expert (bagged or boosted decision trees) on this client's columns and
@@ -37,17 +44,21 @@ from sklearn.cluster import KMeans
 
 from fedpgm.circuits import learnspn
 from fedpgm.circuits.dense_inputs import INPUTS
-from fedpgm.circuits.io import load_circuit, save_payload, to_payload
+from fedpgm.circuits.compiled import CompiledCircuit
+from fedpgm.circuits.em import E_STEP_DTYPE, by_node, expected_statistics, floored
+from fedpgm.circuits.io import from_payload, load_circuit, save_payload, to_payload
 from fedpgm.circuits.learners import LEARNERS, learner_spec, log_likelihood_of
 from fedpgm.circuits.leaves import CONTINUOUS_LEAVES
+from fedpgm.circuits.queries import log_likelihood
 from fedpgm.circuits.structure import combine
+from fedpgm.circuits.weighted import std_floors
 from fedpgm.data.partition import ClientData
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
 from fedpgm.federation.codec import Message
-from fedpgm.federation.contract import (NOTHING, Array, Choice, Columns, Contract, Fields, Flag, Float, Int, ListOf,
-                                        Maybe, Text)
+from fedpgm.federation.contract import (NOTHING, Array, Choice, Columns, Contract, Doc, Fields, Flag, Float, Int,
+                                        ListOf, Maybe, Text)
 from fedpgm.federation.handlers import ClientContext, HandlerSet
 from fedpgm.federation.secret import PARTIES, SECRET, cancelling_masks, keyed_hashes, row_tokens
 from fedpgm.fedpc import defaults
@@ -105,6 +116,10 @@ FIT = Contract({"shared": ListOf(Columns(), 64), "own": Columns(), "learner": Ch
                 "clusters": Int(1, 256), "params": PARAMS, "send": Flag(), "memberships": Flag(),
                 "whole": Flag()},
                required=("shared", "own", "learner", "clusters", "params", "send"))
+# EM statistics for a circuit the server assembled: the client trains nothing, but what it sends
+# is a function of a model the server chose (``sent_model``: refused where the policy wants DP)
+EM = Contract({"circuit": Doc(1 << 24), "holdout": Float(0.0, 0.5), "seed": Int(0, 2**32 - 1)},
+              required=("circuit", "holdout", "seed"), arrays={"circuit/*": Array("f", 1 << 26)}, sent_model=True)
 LOGLIK = Contract({"columns": Columns()}, required=("columns",),
                   arrays={"X": Array("f", 1 << 26)})
 COOCCURRENCE = Contract({"weights": ListOf(Int(1, 2**63 - 1), 1024)}, required=("weights",),
@@ -307,6 +322,49 @@ def cooccurrence(request: Message, ctx: ClientContext) -> Message:
     weight = np.uint64(weights[parties.index(ctx.client_id)])
     masked = ctx.state[LABELS][at[order]] * weight + cancelling_masks(ctx, rows[order], binding)
     return Message("cooccurrence", {"masked": masked})
+
+
+def holdout_rows(n: int, share: float, seed: int, floor: int) -> np.ndarray:
+    """(n,) bool: the rows EM's statistics leave out to score each pass: a ``share`` of them, at
+    least ``floor`` (the policy's ``min_rows``), drawn with ``seed``; none where fewer than
+    ``floor`` would be left, or where ``share`` is 0."""
+    held = np.zeros(n, dtype=bool)
+    size = max(int(round(share * n)), floor) if share > 0 else 0
+    if size and n - size >= floor:
+        held[np.random.default_rng(seed).choice(n, size, replace=False)] = True
+    return held
+
+
+@HANDLERS.train("em", EM)
+def em(request: Message, ctx: ClientContext) -> Message:
+    """One pass of federated EM (module doc): the circuit's expected statistics over this
+    client's rows outside the held-out share, each resting on ``min_rows`` rows, by node
+    (``circuits.em.by_node``; arrays "stats/..."), the columns' std floors ("floors"), and the
+    held-out rows' summed log-likelihood."""
+    cfg = request.config
+    ctx.require_rows(len(ctx.data.train), "EM statistics")
+    tensors = {k[len("circuit/"):]: v for k, v in request.arrays.items()}
+    circuit, _ = from_payload(cfg["circuit"], tensors, "the circuit sent for EM")
+    if circuit.dense:
+        raise PolicyRefusal(f"client '{ctx.client_id}' computes EM statistics of node circuits only")
+    names = circuit.schema.names
+    missing = [n for n in names if n not in ctx.data.schema.names]
+    if missing:
+        raise PolicyRefusal(f"client '{ctx.client_id}' does not hold column(s) {missing[:5]} of the circuit sent")
+    start = time.process_time()
+    X = ctx.data.train[names].to_numpy(dtype=float)
+    floor = ctx.policy.min_rows
+    held = holdout_rows(len(X), float(cfg["holdout"]), int(cfg["seed"]), floor)
+    cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)
+    stats, total = expected_statistics(circuit, cc, X[~held], weigh=True)
+    stats = floored(circuit, cc, stats, None, floor)
+    arrays = {f"stats/{k}": v for k, v in by_node(circuit, cc, stats).items()}
+    arrays["floors"] = std_floors(X)
+    config = {"n": int((~held).sum()), "loglik": total, "n_holdout": int(held.sum())}
+    if held.any():
+        config["holdout_loglik"] = float(log_likelihood(CompiledCircuit(circuit), X[held]).sum())
+    config["seconds"] = time.process_time() - start
+    return Message("em", arrays, config)
 
 
 @HANDLERS.query("loglik", LOGLIK)

@@ -29,7 +29,7 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation.base import Federation
 from fedpgm.federation.psi import align_rows, check_align
 from fedpgm.federation.secret import share_secret
-from fedpgm.fedpc import defaults
+from fedpgm.fedpc import defaults, refine
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.plan import GLUES, Alternative, Plan, TupleModel, aligned, assemble, glue, tuple_model
 from fedpgm.threads import one_thread
@@ -98,7 +98,7 @@ def check_alignment(described: dict, spaces) -> None:
 def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "auto", products: int | None = None,
               learner: str = "learnspn", params: dict | None = None, placement: str = "server",
               seed: int = 0, min_clients: int | None = None, align: str = "none",
-              smoothing: float | None = None) -> FedPC:
+              smoothing: float | None = None, refine_passes: int | None = None) -> FedPC:
     """Learn a federated circuit in one pass (Algorithm 1); see the module doc.
 
     ``glue_how``: random, combinatorial, aligned or auto (``defaults.glue``); ``clusters``: per
@@ -107,6 +107,11 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     the clients' circuits of all their rows (the observed tuples' weight; 0: the counts alone);
     None: the tuples' model (observed tuples or latent classes) and the product's weight chosen
     on held-out tuples (``plan.tuple_model``).
+
+    ``refine_passes``: in a horizontal federation with server placement, at most this many passes of
+    federated EM over every client's rows refine the assembled circuit, kept while the clients'
+    held-out rows score better (``fedpc.refine``); None: ``refine.PASSES`` there; 0: the paper's
+    one pass.
 
     ``align``: "psi" first finds the row ids every party holds by private set intersection and
     fits on those rows (``fedpgm.federation.psi``; ``info["alignment"]``); "none": the parties'
@@ -120,6 +125,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     seconds in the critical path count its work, not two thread pools spinning."""
     if clusters is not None and clusters < 1:
         raise FedpgmError(f"clusters must be >= 1, got {clusters}")
+    if refine_passes is not None and not (isinstance(refine_passes, int) and refine_passes >= 0):
+        raise FedpgmError(f"refine_passes must be an integer >= 0, got {refine_passes!r}")
     if smoothing is not None and not smoothing >= 0:
         raise FedpgmError(f"smoothing (pseudo-rows per cluster tuple) must be >= 0, got {smoothing}")
     if glue_how not in GLUES + ("auto",):
@@ -215,6 +222,12 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     circuit = assemble(plan, schema, node_circuits) if placement == "server" and not dense else None
     server_cpu += time.process_time() - t0
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
+    passes = refine.PASSES if refine_passes is None else refine_passes
+    refined = None
+    if horizontal and circuit is not None and passes > 0:
+        circuit, refined = refine.refine(fed, circuit, list(replies), passes, seed=seed, min_clients=min_clients)
+        server_cpu += refined["server_seconds"]
+        client_seconds = {c: s + refined["client_seconds"][c] for c, s in client_seconds.items()}
     policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
     info = {"clusters": clusters, "glue": glue_how, "glue_requested": requested, "smoothing": smoothing,
             "learner": learner, "params": params,
@@ -222,6 +235,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
             "client_seconds": client_seconds, "server_seconds": server_cpu,
             "critical_path_seconds": max(client_seconds.values()) + server_cpu,
             "train_seconds": time.perf_counter() - wall, "communication": fed.ledger.totals()}
+    if refined is not None:
+        info["em"] = {k: refined[k] for k in ("passes", "holdout_loglik", "n_holdout")}
     if fed.left_out:
         info["left_out"] = fed.left_out_report()
     if policy:

@@ -1,0 +1,78 @@
+"""Federated EM refinement of a horizontal FedPC (an adapted default, not the paper's).
+
+The paper's FedPC is one pass: in a horizontal federation the global circuit is the mixture of
+the clients' circuits, each learned on one client's rows only, so with many clients each leaf
+rests on a small share of the data (45 R tables, 8 clients: median test LL 4.8% below the
+centralized circuit's). EM over all the clients' rows then improves the same structure, and its
+E-step is a sum over rows, so it federates exactly: each pass the server sends the current
+circuit, every client replies with its expected statistics (``fedpc.client.em``: edge counts of
+every sum, each leaf's weighted sufficient statistics, each resting on at least its policy's
+``min_rows`` rows), and the server adds them and takes the M-step (``circuits.em.m_step``).
+
+Each client leaves a held-out share of its rows out of the statistics and sends their summed
+log-likelihood; the passes stop when that falls, and the circuit that scored best is kept (the
+one-pass circuit where no pass helps, or where no client has enough rows to hold any out).
+Written by hand because no circuit library runs EM over statistics another process computes.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+
+from fedpgm.circuits.compiled import CompiledCircuit
+from fedpgm.circuits.em import E_STEP_DTYPE, by_layer, m_step
+from fedpgm.circuits.io import to_payload
+from fedpgm.circuits.structure import Circuit
+from fedpgm.federation.base import Federation
+
+PASSES = 5  # at most, each scored on the held-out rows
+HOLDOUT = 0.1  # of each client's rows
+
+
+def refine(fed: Federation, circuit: Circuit, clients: list[str], passes: int = PASSES,
+           holdout: float = HOLDOUT, seed: int = 0, min_clients: int | None = None) -> tuple[Circuit, dict]:
+    """The best of ``circuit`` and up to ``passes`` federated EM passes from it by the clients'
+    summed held-out log-likelihood (module doc), and a record of the passes: {"passes": kept,
+    "holdout_loglik": per circuit scored (nats per held-out row), "n_holdout": rows,
+    "client_seconds": each client's CPU seconds over the passes, "server_seconds": the server's}.
+    ``min_clients``: go on with the clients that answer as long as this many do (later passes
+    ask only those; the fit's quorum), None: every client must answer each pass."""
+    server = time.process_time()
+    best, best_ll, kept, history = circuit, -np.inf, 0, []
+    seconds = dict.fromkeys(clients, 0.0)
+    current = copy.deepcopy(circuit)
+    cc = CompiledCircuit(current, dtype=E_STEP_DTYPE)  # (compiled once; each M-step reloads its parameters)
+    n_holdout = 0
+    for p in range(passes + 1):
+        doc, tensors = to_payload(current)
+        server -= time.process_time()  # (the clients' work is theirs)
+        replies = fed.broadcast("em", {f"circuit/{k}": v for k, v in tensors.items()},
+                                {"circuit": doc, "holdout": holdout, "seed": seed},
+                                clients=clients).require(min_clients)
+        server += time.process_time()
+        clients = list(replies)
+        for c, m in replies.items():
+            seconds[c] += float(m.config["seconds"])
+        n_holdout = sum(int(m.config["n_holdout"]) for m in replies.values())
+        if n_holdout == 0:  # nothing to score a pass on: keep the one pass
+            break
+        ll = sum(float(m.config.get("holdout_loglik", 0.0)) for m in replies.values()) / n_holdout
+        history.append(ll)
+        if ll <= best_ll:
+            break
+        best, best_ll, kept = copy.deepcopy(current), ll, p
+        if p == passes:
+            break
+        summed: dict[str, np.ndarray] = {}  # (a leaf no client sent keeps its parameters)
+        for m in replies.values():
+            for k, v in m.arrays.items():
+                if k.startswith("stats/"):
+                    summed[k[6:]] = summed[k[6:]] + v if k[6:] in summed else v
+        n = np.array([float(m.config["n"]) for m in replies.values()])
+        floors = np.average(np.stack([m.arrays["floors"] for m in replies.values()]), axis=0, weights=n)
+        m_step(current, cc, by_layer(current, cc, summed), floors)
+    return best, {"passes": kept, "holdout_loglik": history, "n_holdout": n_holdout, "client_seconds": seconds,
+                  "server_seconds": time.process_time() - server}
