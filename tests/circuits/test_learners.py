@@ -272,10 +272,10 @@ def test_a_whole_batch_em_pass_stops_at_its_deadline_between_chunks_and_changes_
     before = copy.deepcopy(c)
     honest, chunks = CompiledCircuit.flows, []
 
-    def slow(self, values):
+    def slow(self, values, *args):
         chunks.append(values.shape[1])
         time.sleep(0.3)
-        return honest(self, values)
+        return honest(self, values, *args)
 
     monkeypatch.setattr(CompiledCircuit, "flows", slow)
     t0 = time.perf_counter()

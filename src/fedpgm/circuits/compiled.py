@@ -276,10 +276,13 @@ class CompiledCircuit:
 
     # -- downward -------------------------------------------------------------------------
     @torch.no_grad()
-    def flows(self, values: torch.Tensor) -> tuple[torch.Tensor, list[np.ndarray | None]]:
+    def flows(self, values: torch.Tensor, edge_tops: list | None = None
+              ) -> tuple[torch.Tensor, list[np.ndarray | None]]:
         """Posterior use of each node (nodes, rows), and per sum layer each edge's use summed over
         the rows ((E,) float64; None for product layers). A sum's flow to its children, in log
-        space over the padded slots: log flow(parent) - value(parent) + log w + value(child)."""
+        space over the padded slots: log flow(parent) - value(parent) + log w + value(child).
+        ``edge_tops``: a list of one entry per layer, filled per sum layer with each edge's
+        largest use by one row ((E,) float64)."""
         flow = torch.zeros_like(values)
         flow[self.root] = 1.0
         edge_counts: list[np.ndarray | None] = [None] * len(self.layers)
@@ -296,6 +299,8 @@ class CompiledCircuit:
             fp.exp_()
             flow.index_add_(0, slots, fp.view(len(slots), -1))
             edge_counts[k] = fp.sum(2, dtype=torch.float64).reshape(-1)[layer.edge_slot].cpu().numpy()
+            if edge_tops is not None:
+                edge_tops[k] = fp.amax(2).double().reshape(-1)[layer.edge_slot].cpu().numpy()
         return flow, edge_counts
 
     @torch.no_grad()

@@ -55,7 +55,8 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, we
     """{("edge", layer) or ("leaf", node): statistics} summed over rows (float64), and the total LL.
     Chunks of rows are summed as one array per sum layer and per leaf group, split per leaf once.
     ``weigh``: also {("mass" or "top", "sum" or "leaf", layer or group): (nodes,)} each node's
-    weight sum and largest weight of a row (for the floor). ``deadline`` (a ``time.perf_counter()``
+    weight sum and largest weight of a row (for the floor), and the same per edge of each sum
+    layer, {("mass" or "top", "edge", layer): (edges,)} (``floor_edges``). ``deadline`` (a ``time.perf_counter()``
     time): the rows go in at least ``DEADLINE_CHUNKS`` chunks, and no chunk predicted to end after
     it (as long as the slowest chunk yet) starts: ``PastDeadline`` instead, so a whole-batch pass
     stops within about an eighth of its time of its deadline."""
@@ -75,7 +76,8 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, we
             raise PastDeadline(f"the E-step reached its deadline after {lo} of {len(X)} rows")
         rows = X[lo: lo + step]
         values = cc.forward(cc.tensor(rows))
-        flow, edge_counts = cc.flows(values)
+        edge_tops: list | None = [None] * len(cc.layers) if weigh else None
+        flow, edge_counts = cc.flows(values, edge_tops)
         total += float(values[cc.root].sum(dtype=torch.float64))
         for k, counts in enumerate(edge_counts):
             if counts is not None:
@@ -84,6 +86,7 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, we
                     f = flow[cc.layers[k].start:cc.layers[k].end]
                     add_mass(mass, ("sum", k), f.sum(1, dtype=torch.float64).cpu().numpy(),
                              f.amax(1).double().cpu().numpy())
+                    add_mass(mass, ("edge", k), counts, edge_tops[k])  # type: ignore[index]
         for i, g in enumerate(cc.groups):
             w = flow[g.start:g.end].double().cpu().numpy()
             part = leaf_type(g.dist).group_stats(rows[:, columns[i]], w, params[i])
@@ -122,12 +125,10 @@ def marginal_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, mi
     return out
 
 
-def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[np.ndarray] | None,
-            min_rows: int) -> dict:
+def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[np.ndarray], min_rows: int) -> dict:
     """``stats`` (with "mass" and "top" entries) where every leaf and sum rests on ``min_rows``
-    rows: a leaf below takes ``marginal`` (of ``marginal_statistics``) times its weight sum, or
-    without ``marginal`` is left out (its parameters stay), a sum its current weights times its
-    flow (module doc)."""
+    rows: a leaf below takes ``marginal`` (of ``marginal_statistics``) times its weight sum, a sum
+    its current weights times its flow (module doc)."""
     out = dict(stats)
     for k, layer in enumerate(cc.layers):
         sums = stats.get(("mass", "sum", k))
@@ -136,10 +137,34 @@ def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[n
             old = np.concatenate([circuit.nodes[node_id].weights for node_id in layer.nodes])  # type: ignore[union-attr]
             out[("edge", k)] = np.where(low[parent], sums[parent] * old, stats[("edge", k)])
     for i, j, node_id in below_floor(cc, stats, min_rows):
-        if marginal is None:
-            del out[("leaf", node_id)]
-        else:
-            out[("leaf", node_id)] = marginal[i][j] * stats[("mass", "leaf", i)][j]
+        out[("leaf", node_id)] = marginal[i][j] * stats[("mass", "leaf", i)][j]
+    return out
+
+
+def resting(circuit: Circuit, cc: CompiledCircuit, stats: dict, min_rows: int) -> dict[str, np.ndarray]:
+    """``by_node``'s statistics (from ``stats`` with "mass" and "top" entries) of the nodes whose
+    weights rest on at least ``min_rows`` rows, for statistics of a circuit someone else chose:
+    a sum or leaf below (fewer rows, or none) is left out, and an edge below takes its sum's
+    current weight times the sum's flow, so that narrow children cannot make a sum's edge counts
+    a histogram of single rows. What is left out says only that fewer than ``min_rows`` rows
+    reach a node."""
+    out = by_node(circuit, cc, stats)
+    for k, layer in enumerate(cc.layers):
+        if ("top", "edge", k) not in stats:
+            continue
+        parent = layer.parent.cpu().numpy()
+        counts, flow = stats[("mass", "edge", k)], stats[("mass", "sum", k)]
+        low_edge = (counts < min_rows * stats[("top", "edge", k)]) | (counts <= 0)
+        low_sum = (flow < min_rows * stats[("top", "sum", k)]) | (flow <= 0)
+        for i, node_id in enumerate(layer.nodes):
+            edges = parent == i
+            if low_sum[i]:
+                del out[f"sum/{node_id}"]
+            elif low_edge[edges].any():
+                old = circuit.nodes[node_id].weights  # type: ignore[union-attr]
+                out[f"sum/{node_id}"] = np.where(low_edge[edges], flow[i] * old, counts[edges])
+    for _, _, node_id in below_floor(cc, stats, min_rows):
+        out.pop(f"leaf/{node_id}", None)
     return out
 
 
@@ -150,7 +175,8 @@ def below_floor(cc: CompiledCircuit, stats: dict, min_rows: int) -> list[tuple[i
     for i, g in enumerate(cc.groups):
         if ("mass", "leaf", i) in stats:
             sums = stats[("mass", "leaf", i)]
-            out += [(i, int(j), g.nodes[j]) for j in np.flatnonzero(sums < min_rows * stats[("top", "leaf", i)])]
+            low = (sums < min_rows * stats[("top", "leaf", i)]) | (sums <= 0)
+            out += [(i, int(j), g.nodes[j]) for j in np.flatnonzero(low)]
     return out
 
 
@@ -171,11 +197,14 @@ def by_node(circuit: Circuit, cc: CompiledCircuit, stats: dict) -> dict[str, np.
 
 
 def by_layer(circuit: Circuit, cc: CompiledCircuit, named: dict[str, np.ndarray]) -> dict:
-    """``by_node``'s statistics back in ``m_step``'s keys for this process's compiled ``cc``."""
+    """``by_node``'s statistics back in ``m_step``'s keys for this process's compiled ``cc``; a
+    sum ``named`` lacks keeps its weights."""
     stats: dict = {}
     for k, layer in enumerate(cc.layers):
         if layer.kind == "sum":
-            stats[("edge", k)] = np.concatenate([named[f"sum/{node_id}"] for node_id in layer.nodes])
+            kept = [circuit.nodes[node_id].weights for node_id in layer.nodes]  # type: ignore[union-attr]
+            stats[("edge", k)] = np.concatenate([named.get(f"sum/{node_id}", w)
+                                                 for node_id, w in zip(layer.nodes, kept)])
     stats.update({("leaf", int(key[5:])): v for key, v in named.items() if key.startswith("leaf/")})
     return stats
 

@@ -17,9 +17,10 @@
   to any row (their histogram: the co-occurrence counts); one party's values alone are uniform.
 - ``em`` (horizontal refinement, ``fedpgm.fedpc.refine``): for the assembled circuit the
   server sends, the expected statistics of EM over this client's rows, each resting on at least
-  ``min_rows`` rows (``circuits.em.floored``): edge counts of every sum (a sum below the floor
-  keeps its weights) and the weighted sufficient statistics of each leaf above it (a leaf below
-  is left out, and the server keeps it unless another client sends it), and the log-likelihood
+  ``min_rows`` rows (``circuits.em.resting``): the edge counts of every sum and the weighted
+  sufficient statistics of every leaf above the floor (a node below is left out, and the server
+  keeps it unless another client sends it; an edge below sends its sum's weight times the sum's
+  flow), and the log-likelihood
   summed over a held-out share of its rows that the statistics leave out (a scalar, over at
   least ``min_rows`` rows).
 - ``loglik``: per-row log-likelihoods of the kept circuits for query rows the server sends
@@ -45,7 +46,7 @@ from sklearn.cluster import KMeans
 from fedpgm.circuits import learnspn
 from fedpgm.circuits.dense_inputs import INPUTS
 from fedpgm.circuits.compiled import CompiledCircuit
-from fedpgm.circuits.em import E_STEP_DTYPE, by_node, expected_statistics, floored
+from fedpgm.circuits.em import E_STEP_DTYPE, expected_statistics, resting
 from fedpgm.circuits.io import from_payload, load_circuit, save_payload, to_payload
 from fedpgm.circuits.learners import LEARNERS, learner_spec, log_likelihood_of
 from fedpgm.circuits.leaves import CONTINUOUS_LEAVES
@@ -357,8 +358,7 @@ def em(request: Message, ctx: ClientContext) -> Message:
     held = holdout_rows(len(X), float(cfg["holdout"]), int(cfg["seed"]), floor)
     cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)
     stats, total = expected_statistics(circuit, cc, X[~held], weigh=True)
-    stats = floored(circuit, cc, stats, None, floor)
-    arrays = {f"stats/{k}": v for k, v in by_node(circuit, cc, stats).items()}
+    arrays = {f"stats/{k}": v for k, v in resting(circuit, cc, stats, floor).items()}
     arrays["floors"] = std_floors(X)
     config = {"n": int((~held).sum()), "loglik": total, "n_holdout": int(held.sum())}
     if held.any():
