@@ -57,6 +57,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).parent))
 from common import emit  # noqa: E402  (benchmarks/common.py)
 
+from fedpgm.federation.lifecycle import guard  # noqa: E402
+
 ROWS = (500, 200_000)
 COLUMNS = (4, 60)
 CLASSES = (2, 20)
@@ -184,7 +186,9 @@ def run_fedpgm(args: list[str], report: Path, timeout: float) -> tuple[dict, dic
     outcome, reason on failure}, the report or None)."""
     report.unlink(missing_ok=True)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*fedpgm_command(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*fedpgm_command(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    guard().add_group(proc.pid)  # (dies with this process, on any signal: fedpgm.federation.lifecycle)
     try:
         _, err = proc.communicate(timeout=timeout)
         timed_out = False
@@ -196,6 +200,7 @@ def run_fedpgm(args: list[str], report: Path, timeout: float) -> tuple[dict, dic
             proc.kill()
             _, err = proc.communicate()
         timed_out = True
+    guard().forget_group(proc.pid)
     wall = time.perf_counter() - t0
     lines = [line for line in err.splitlines() if line.strip()]
     out: dict = {"exit": proc.returncode, "wall_s": wall}
