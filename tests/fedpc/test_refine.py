@@ -52,7 +52,9 @@ def test_refinement_raises_the_test_likelihood_of_eight_small_clients(cancer):
 def test_the_clients_summed_statistics_without_a_floor_give_em_on_the_pooled_rows(cancer):
     """With ``min_rows`` 1 and nothing held out, the clients' summed replies are the pooled rows'
     statistics, and the server's M-step on them (``circuits.em.by_layer``, ``m_step``) gives the
-    parameters of one pass of ``circuits.em`` on the pooled rows."""
+    sum weights and Gaussian leaves of one pass of ``circuits.em`` on the pooled rows (the
+    label's categorical leaves differ where a client has no row of a class: a state over no row
+    takes the leaf's probability times its weight, ``circuits.em.state_floor``)."""
     ds, part = cancer
     start = fit(part, refine_passes=0).circuit
     pooled = copy.deepcopy(start)
@@ -67,9 +69,11 @@ def test_the_clients_summed_statistics_without_a_floor_give_em_on_the_pooled_row
     cc = CompiledCircuit(federated, dtype=E_STEP_DTYPE)
     m_step(federated, cc, by_layer(federated, cc, summed), std_floors(X))
     pairs = [(a, b) for a, b in zip(federated.nodes, pooled.nodes)]
-    assert all(np.allclose(a.weights, b.weights, atol=1e-6) for a, b in pairs if isinstance(a, Sum))
-    assert all(np.allclose(a.params[k], b.params[k], atol=1e-6) for a, b in pairs if isinstance(a, Leaf)
-               for k in a.params)
+    sums = [np.abs(a.weights - b.weights).max() for a, b in pairs if isinstance(a, Sum)]
+    leaves = [(np.abs(a.params[k] - b.params[k]) / np.maximum(np.abs(b.params[k]), 1.0)).max()
+              for a, b in pairs if isinstance(a, Leaf) and a.dist == "gaussian" for k in a.params]
+    print("largest difference, sum weights:", max(sums), "Gaussian parameters (relative):", max(leaves))
+    assert max(sums) < 1e-6 and max(leaves) < 1e-6
     assert any(not np.allclose(a.weights, b.weights) for a, b in zip(start.nodes, pooled.nodes)
                if isinstance(a, Sum))  # (a pass that changed something)
 

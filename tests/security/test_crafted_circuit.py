@@ -72,3 +72,33 @@ def test_a_crafted_circuit_reads_rows_only_without_the_floor(table, tmp_path):
     assert np.allclose(floored.arrays[root], ROWS / len(guesses))  # the old weights times the flow
     shuffled = reply(other, schema, circuit, ClientPolicy(), tmp_path)  # a client holding the other rows
     assert np.array_equal(shuffled.arrays[root], floored.arrays[root])
+
+
+def test_a_categorical_leaf_whose_states_hold_one_row_each_sends_no_rows_weight(tmp_path):
+    """A category held by one row (an id-like column) counts that row's posterior weight, a
+    function of its other values: with two Gaussians at -1 and +1 beside a categorical leaf over
+    such a column, the second child's per-category counts are sigmoid(2 v) of each row's v, so
+    without the floor every v is read back exactly. Under the default policy each state below
+    ``min_rows`` rows (Kish's count) takes the leaf's probability times its weight: all equal."""
+    rng = np.random.default_rng(1)
+    n = 40
+    v = rng.normal(size=n)
+    schema = Schema((Feature("c", "categorical", tuple(range(n))), Feature("v", "continuous")))
+    frame = pd.DataFrame({"c": np.arange(n), "v": v})
+    circuit = Circuit(schema)
+    children = [circuit.product([circuit.leaf(0, "categorical", {"probs": np.full(n, 1.0 / n)}),
+                                 circuit.leaf(1, "gaussian", {"mean": np.array(m), "std": np.array(1.0)})])
+                for m in (-1.0, 1.0)]
+    circuit.sum(children, np.array([0.5, 0.5]))
+    leaf = f"stats/leaf/{circuit.nodes[children[1]].children[0]}"
+
+    def counts(policy: ClientPolicy) -> np.ndarray:
+        ctx = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), tmp_path)
+        doc, tensors = to_payload(circuit)
+        return HANDLERS.handle(Message("em", {f"circuit/{k}": t for k, t in tensors.items()},
+                                       {"circuit": doc, "holdout": 0.0, "seed": 0}), ctx).arrays[leaf]
+
+    read = np.log(counts(ClientPolicy(min_rows=1, audit=False)) / (1 - counts(ClientPolicy(min_rows=1, audit=False))))
+    np.testing.assert_allclose(read / 2, v, atol=1e-5)  # every row's v, from its category's count
+    floored = counts(ClientPolicy())
+    assert np.allclose(floored, floored.mean()) and floored.sum() == pytest.approx((1 / (1 + np.exp(-2 * v))).sum())

@@ -37,7 +37,7 @@ from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.leaves import ALPHA, leaf_type
 from fedpgm.circuits.weighted import std_floors
 from fedpgm.circuits.queries import log_likelihood
-from fedpgm.circuits.structure import Circuit, Sum
+from fedpgm.circuits.structure import Circuit, Leaf, Sum
 from fedpgm.errors import FedpgmError
 
 SMOOTH = 1e-6
@@ -51,17 +51,20 @@ class PastDeadline(Exception):
 
 
 def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, weigh: bool = False,
-                        deadline: float | None = None) -> tuple[dict, float]:
+                        deadline: float | None = None, squares: bool = False) -> tuple[dict, float]:
     """{("edge", layer) or ("leaf", node): statistics} summed over rows (float64), and the total LL.
     Chunks of rows are summed as one array per sum layer and per leaf group, split per leaf once.
     ``weigh``: also {("mass" or "top", "sum" or "leaf", layer or group): (nodes,)} each node's
     weight sum and largest weight of a row (for the floor), and the same per edge of each sum
-    layer, {("mass" or "top", "edge", layer): (edges,)} (``floor_edges``). ``deadline`` (a ``time.perf_counter()``
-    time): the rows go in at least ``DEADLINE_CHUNKS`` chunks, and no chunk predicted to end after
-    it (as long as the slowest chunk yet) starts: ``PastDeadline`` instead, so a whole-batch pass
-    stops within about an eighth of its time of its deadline."""
+    layer, {("mass" or "top", "edge", layer): (edges,)} (``resting``). ``squares``: also
+    {("square", node): statistics} each leaf's statistics under the squared weights (``resting``).
+    ``deadline`` (a ``time.perf_counter()`` time): the rows go in at least ``DEADLINE_CHUNKS``
+    chunks, and no chunk predicted to end after it (as long as the slowest chunk yet) starts:
+    ``PastDeadline`` instead, so a whole-batch pass stops within about an eighth of its time of
+    its deadline."""
     edges: dict[int, np.ndarray] = {}
     groups: list[np.ndarray | None] = [None] * len(cc.groups)
+    squared: list[np.ndarray | None] = [None] * len(cc.groups)
     params = [[circuit.nodes[node_id].params for node_id in g.nodes] for g in cc.groups]  # type: ignore[union-attr]
     columns = [g.vars.cpu().numpy() for g in cc.groups]
     mass: dict = {}
@@ -91,14 +94,19 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, we
             w = flow[g.start:g.end].double().cpu().numpy()
             part = leaf_type(g.dist).group_stats(rows[:, columns[i]], w, params[i])
             groups[i] = part if groups[i] is None else groups[i] + part
+            if squares:
+                part = leaf_type(g.dist).group_stats(rows[:, columns[i]], w * w, params[i])
+                squared[i] = part if squared[i] is None else squared[i] + part
             if weigh:
                 w = np.where(np.isnan(rows[:, columns[i]].T), 0.0, w)
                 add_mass(mass, ("leaf", i), w.sum(1), w.max(1))
         slowest = max(slowest, time.perf_counter() - began)
     stats: dict = {("edge", k): v for k, v in edges.items()}
-    for g, summed in zip(cc.groups, groups):
+    for g, summed, sq in zip(cc.groups, groups, squared):
         if summed is not None:  # (None: no rows)
             stats.update({("leaf", node_id): row for node_id, row in zip(g.nodes, summed)})
+        if sq is not None:
+            stats.update({("square", node_id): row for node_id, row in zip(g.nodes, sq)})
     for key, (sums, tops) in mass.items():
         stats[("mass",) + key], stats[("top",) + key] = sums, tops
     return stats, total
@@ -146,8 +154,12 @@ def resting(circuit: Circuit, cc: CompiledCircuit, stats: dict, min_rows: int) -
     weights rest on at least ``min_rows`` rows, for statistics of a circuit someone else chose:
     a sum or leaf below (fewer rows, or none) is left out, and an edge below takes its sum's
     current weight times the sum's flow, so that narrow children cannot make a sum's edge counts
-    a histogram of single rows. What is left out says only that fewer than ``min_rows`` rows
-    reach a node."""
+    a histogram of single rows. A categorical or Bernoulli leaf (with ``squares`` statistics)
+    must also rest on ``min_rows`` rows in each of its states, by Kish's effective count (sum
+    w)^2 / sum w^2: a state below takes the leaf's current probability times the leaf's weight,
+    so that a state held by one row does not carry that row's weight (a function of its other
+    values). The statistics of other leaf types are left out: the server keeps those leaves.
+    What is left out says only that fewer than ``min_rows`` rows reach a node."""
     out = by_node(circuit, cc, stats)
     for k, layer in enumerate(cc.layers):
         if ("top", "edge", k) not in stats:
@@ -165,7 +177,33 @@ def resting(circuit: Circuit, cc: CompiledCircuit, stats: dict, min_rows: int) -
                 out[f"sum/{node_id}"] = np.where(low_edge[edges], flow[i] * old, counts[edges])
     for _, _, node_id in below_floor(cc, stats, min_rows):
         out.pop(f"leaf/{node_id}", None)
+    for key in [k for k in out if k.startswith("leaf/")]:
+        node = circuit.nodes[int(key[5:])]
+        assert isinstance(node, Leaf)  # (a leaf key names a leaf)
+        if node.dist != "gaussian":  # (a Gaussian's moments are of the whole leaf: floored above)
+            kept = state_floor(node, out[key], stats.get(("square", int(key[5:]))), min_rows)
+            if kept is None:
+                del out[key]
+            else:
+                out[key] = kept
     return out
+
+
+def state_floor(leaf: Leaf, counts: np.ndarray, squares: np.ndarray | None, min_rows: int) -> np.ndarray | None:
+    """A categorical or Bernoulli leaf's statistics ``counts`` with each state below ``min_rows``
+    rows (Kish's count from ``squares``, the statistics under squared weights; or no weight)
+    at the leaf's current probability times its weight (``resting``); None for other types."""
+    if squares is None or leaf.dist not in ("categorical", "bernoulli"):
+        return None
+    if leaf.dist == "bernoulli":  # ([rows, ones] -> per state: zeros, ones)
+        counts, squares = np.array([counts[0] - counts[1], counts[1]]), np.array([squares[0] - squares[1], squares[1]])
+        probs = np.array([1.0 - float(leaf.params["p"]), float(leaf.params["p"])])
+    else:
+        probs = np.zeros(len(counts))
+        probs[:len(leaf.params["probs"])] = leaf.params["probs"]
+    low = (counts * counts < min_rows * squares) | (counts <= 0)
+    counts = np.where(low, counts.sum() * probs, counts)
+    return np.array([counts.sum(), counts[1]]) if leaf.dist == "bernoulli" else counts
 
 
 def below_floor(cc: CompiledCircuit, stats: dict, min_rows: int) -> list[tuple[int, int, int]]:

@@ -357,7 +357,7 @@ def em(request: Message, ctx: ClientContext) -> Message:
     floor = ctx.policy.min_rows
     held = holdout_rows(len(X), float(cfg["holdout"]), int(cfg["seed"]), floor)
     cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)
-    stats, total = expected_statistics(circuit, cc, X[~held], weigh=True)
+    stats, total = expected_statistics(circuit, cc, X[~held], weigh=True, squares=True)
     arrays = {f"stats/{k}": v for k, v in resting(circuit, cc, stats, floor).items()}
     arrays["floors"] = std_floors(X)
     config = {"n": int((~held).sum()), "loglik": total, "n_holdout": int(held.sum())}

@@ -71,8 +71,7 @@ def refine(fed: Federation, circuit: Circuit, clients: list[str], passes: int = 
             for k, v in m.arrays.items():
                 if k.startswith("stats/"):
                     summed[k[6:]] = summed[k[6:]] + v if k[6:] in summed else v
-        n = np.array([float(m.config["n"]) for m in replies.values()])
-        floors = np.average(np.stack([m.arrays["floors"] for m in replies.values()]), axis=0, weights=n)
+        floors = np.max([m.arrays["floors"] for m in replies.values()], axis=0)  # (each at least MIN_STD)
         m_step(current, cc, by_layer(current, cc, summed), floors)
     return best, {"passes": kept, "holdout_loglik": history, "n_holdout": n_holdout, "client_seconds": seconds,
                   "server_seconds": time.process_time() - server}
