@@ -375,7 +375,31 @@ def markdown(report: dict) -> str:
               + ("The most frequent reasons for a failed fit (names and numbers masked):" if s["failure_reasons"]
                  else "No fit failed."), ""]
     lines += [f"- {n} x `{reason}`" for reason, n in list(s["failure_reasons"].items())[:8]]
+    if "earlier_run" in report:
+        e = report["earlier_run"]
+        lines += ["", f"The {' and '.join(e['splits'])} rows are those of the run at "
+                  f"{e['source'].get('commit', '?')[:7]} ({e['date']}, {e['elapsed_s'] / 60:.0f} min in all), "
+                  "whose fits this run's change leaves as they were (`--merge`): \"in all\" above is this run's "
+                  "time, and each row's fit time its own run's."]
     return "\n".join(lines)
+
+
+def merged(report: dict, earlier: dict) -> dict:
+    """``report`` with the fits of the splits it did not run taken from ``earlier`` (same tables),
+    and ``earlier_run``: that run's commit, date, time and the splits taken from it."""
+    ran = {r["split"] for t in report["tables"] for r in t["runs"]}
+    old = {name(t): t for t in earlier["tables"]}
+    missing = [name(t) for t in report["tables"] if name(t) not in old]
+    if missing:
+        raise SystemExit(f"--merge: the earlier run lacks table(s) {missing[:3]}; run every split instead")
+    order = {s: i for i, s in enumerate(("horizontal", "vertical", "hybrid"))}
+    for t in report["tables"]:
+        t["runs"] = sorted(t["runs"] + [r for r in old[name(t)]["runs"] if r["split"] not in ran],
+                           key=lambda r: (order[r["split"]], r["clients"]))
+    taken = sorted({r["split"] for t in earlier["tables"] for r in t["runs"]} - ran, key=order.get)
+    report["earlier_run"] = {"source": earlier.get("source", {}), "date": earlier.get("date"),
+                             "elapsed_s": earlier.get("elapsed_s"), "splits": taken}
+    return report
 
 
 def write_doc(report: dict, path: str) -> None:
@@ -434,8 +458,12 @@ def main() -> None:
     ap.add_argument("--plot", default=None, help="draw the gaps here (PNG)")
     ap.add_argument("--doc", default=None, help="rewrite the summary table of this page (docs/real_tables.md)")
     ap.add_argument("--from", dest="source", default=None, help="redraw from this JSON instead of running")
+    ap.add_argument("--merge", default=None,
+                    help="take the splits this run leaves out from this earlier JSON (its commit is recorded)")
     args = ap.parse_args()
     report = json.loads(Path(args.source).read_text()) if args.source else run(args)
+    if args.merge:
+        report = merged(report, json.loads(Path(args.merge).read_text()))
     report["summary"] = summarise(report["tables"])
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -131,3 +131,17 @@ def test_the_scores_are_the_held_out_rows_log_likelihoods(cancer):
     expected = float(log_likelihood(CompiledCircuit(one), np.concatenate(rows)).mean())
     assert model.info["em"]["holdout_loglik"][0] == pytest.approx(expected, rel=1e-9)
     assert model.info["em"]["n_holdout"] == sum(len(r) for r in rows)
+
+
+def test_a_client_that_requires_dp_makes_auto_refinement_none_and_refuses_an_explicit_one(cancer):
+    from fedpgm.federation.base import ClientFailed
+
+    ds, part = cancer
+    part = copy.deepcopy(part)
+    part.clients[2].policy = ClientPolicy(max_epsilon=1.0)
+    auto = fit(part)
+    assert "em" not in auto.info
+    one = fit(part, refine_passes=0)
+    assert auto.score(ds.test) == one.score(ds.test)
+    with pytest.raises(ClientFailed, match="trains a model it is sent only under differential privacy"):
+        fit(part, refine_passes=2)

@@ -16,8 +16,9 @@ it without code of its own:
 - ``max_epsilon`` / ``max_delta``: the differential privacy the client insists on where an
   algorithm trains under DP (F-CMs): a request without DP is refused, a larger epsilon or delta
   is lowered to the client's, and training stops once the client's budget is spent (on a Flower
-  node, over all its runs: ``fedpgm.federation.spending``). A family that trains a model it is
-  sent without DP (FedAvg: ``Contract.sent_model``) is refused outright.
+  node, over all its runs: ``fedpgm.federation.spending``). A request that computes on a model
+  it is sent without DP (FedAvg's training, FedPC's EM statistics: ``Contract.sent_model``) is
+  refused outright.
 - ``max_requests`` (default 10,000): the requests the client answers in one run (a run's state is
   its own); past it every request is refused, which bounds what repeated questions can extract.
 - ``require_secure_aggregation`` (default off): model updates leave only as shares of a secure

@@ -2,7 +2,8 @@
 
 - ``describe``: the schema of the columns held, the number of training rows, a digest of the
   sorted row ids (so the server can check that a vertical federation's rows align) and whether
-  the client takes part in aligned gluing (its policy allows it and it has an identity); never rows.
+  the client takes part in aligned gluing (its policy allows it and it has an identity) and in
+  EM refinement (its policy does not require DP); never rows.
 - ``fit``: one circuit per subspace shared with other clients (on all rows) and, for this
   client's own subspace, its rows clustered by k-means on those columns only and one circuit per
   cluster (with ``whole``, one more on all its rows). The circuits are kept in the client's work
@@ -137,7 +138,8 @@ def describe(request: Message, ctx: ClientContext) -> Message:
     digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
     return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ids),
                                        "ids_digest": digest,
-                                       "aligned": bool(ctx.policy.memberships and ctx.identity is not None)})
+                                       "aligned": bool(ctx.policy.memberships and ctx.identity is not None),
+                                       "refines": ctx.policy.max_epsilon is None})  # (``em``: see its contract)
 
 
 def learn(ctx: ClientContext, names: list[str], rows: np.ndarray, learner: str, params: dict):

@@ -108,10 +108,10 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     None: the tuples' model (observed tuples or latent classes) and the product's weight chosen
     on held-out tuples (``plan.tuple_model``).
 
-    ``refine_passes``: in a horizontal federation with server placement, at most this many passes of
-    federated EM over every client's rows refine the assembled circuit, kept while the clients'
-    held-out rows score better (``fedpc.refine``); None: ``refine.PASSES`` there; 0: the paper's
-    one pass.
+    ``refine_passes``: in a horizontal federation with server placement, at most this many
+    passes of federated EM over every client's rows refine the assembled circuit, kept while the
+    clients' held-out rows score better (``fedpc.refine``); None: ``refine.PASSES`` there, none
+    where a client's policy requires DP (it answers no EM request); 0: the paper's one pass.
 
     ``align``: "psi" first finds the row ids every party holds by private set intersection and
     fits on those rows (``fedpgm.federation.psi``; ``info["alignment"]``); "none": the parties'
@@ -222,7 +222,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     circuit = assemble(plan, schema, node_circuits) if placement == "server" and not dense else None
     server_cpu += time.process_time() - t0
     client_seconds = {c: float(m.config["seconds"]) for c, m in replies.items()}
-    passes = refine.PASSES if refine_passes is None else refine_passes
+    willing = all(described[c].config.get("refines", False) for c in replies)  # (a DP policy answers no EM)
+    passes = (refine.PASSES if willing else 0) if refine_passes is None else refine_passes
     refined = None
     if horizontal and circuit is not None and passes > 0:
         circuit, refined = refine.refine(fed, circuit, list(replies), passes, seed=seed, min_clients=min_clients)
