@@ -122,14 +122,14 @@ def test_the_held_out_rows_are_a_share_of_at_least_min_rows_or_none():
 
 def test_the_scores_are_the_held_out_rows_log_likelihoods(cancer):
     """The first score is the one-pass circuit's mean log-likelihood on the clients' held-out
-    rows, as the server could compute it if it had them."""
+    rows, as the server could compute it if it had them (to float32 passes)."""
     ds, part = cancer
     model = fit(part)
     one = fit(part, refine_passes=0).circuit
     rows = [c.train[ds.schema.names].to_numpy(dtype=float)[holdout_rows(len(c.train), 0.1, 0, 10)]
             for c in part.clients]
     expected = float(log_likelihood(CompiledCircuit(one), np.concatenate(rows)).mean())
-    assert model.info["em"]["holdout_loglik"][0] == pytest.approx(expected, rel=1e-9)
+    assert model.info["em"]["holdout_loglik"][0] == pytest.approx(expected, rel=1e-6)  # (float32 passes)
     assert model.info["em"]["n_holdout"] == sum(len(r) for r in rows)
 
 

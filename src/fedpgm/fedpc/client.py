@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from sklearn.cluster import KMeans
 
 from fedpgm.circuits import learnspn
@@ -51,7 +52,6 @@ from fedpgm.circuits.em import E_STEP_DTYPE, expected_statistics, resting
 from fedpgm.circuits.io import from_payload, load_circuit, save_payload, to_payload
 from fedpgm.circuits.learners import LEARNERS, learner_spec, log_likelihood_of
 from fedpgm.circuits.leaves import CONTINUOUS_LEAVES
-from fedpgm.circuits.queries import log_likelihood
 from fedpgm.circuits.structure import combine
 from fedpgm.circuits.weighted import std_floors
 from fedpgm.data.partition import ClientData
@@ -364,7 +364,8 @@ def em(request: Message, ctx: ClientContext) -> Message:
     arrays["floors"] = std_floors(X)
     config = {"n": int((~held).sum()), "loglik": total, "n_holdout": int(held.sum())}
     if held.any():
-        config["holdout_loglik"] = float(log_likelihood(CompiledCircuit(circuit), X[held]).sum())
+        values = cc.forward(cc.tensor(X[held]))  # (the E-step's float32 pass, summed in float64)
+        config["holdout_loglik"] = float(values[cc.root].sum(dtype=torch.float64))
     config["seconds"] = time.process_time() - start
     return Message("em", arrays, config)
 

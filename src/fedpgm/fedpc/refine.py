@@ -28,7 +28,7 @@ from fedpgm.circuits.io import to_payload
 from fedpgm.circuits.structure import Circuit
 from fedpgm.federation.base import Federation
 
-PASSES = 5  # at most, each scored on the held-out rows
+PASSES = 3  # at most, each scored on the held-out rows (most of the gain: breast cancer x8, the corpus)
 HOLDOUT = 0.1  # of each client's rows
 
 
