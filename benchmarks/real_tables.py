@@ -377,7 +377,7 @@ def markdown(report: dict) -> str:
     lines += [f"- {n} x `{reason}`" for reason, n in list(s["failure_reasons"].items())[:8]]
     if "earlier_run" in report:
         e = report["earlier_run"]
-        lines += ["", f"The {' and '.join(e['splits'])} rows are those of the run at "
+        lines += [""] * bool(lines[-1]) + [f"The {' and '.join(e['splits'])} rows are those of the run at "
                   f"{e['source'].get('commit', '?')[:7]} ({e['date']}, {e['elapsed_s'] / 60:.0f} min in all), "
                   "whose fits this run's change leaves as they were (`--merge`): \"in all\" above is this run's "
                   "time, and each row's fit time its own run's."]
