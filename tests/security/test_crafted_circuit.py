@@ -16,13 +16,14 @@ import pandas as pd
 import pytest
 
 from fedpgm.circuits.io import to_payload
+from fedpgm.circuits.weighted import MIN_STD
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.partition import ClientData
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.federation.codec import Message
 from fedpgm.federation.handlers import ClientContext
-from fedpgm.fedpc.client import HANDLERS
+from fedpgm.fedpc.client import EM_HOLDOUT, HANDLERS, holdout_rows
 
 ROWS, COLUMNS = 60, 3
 
@@ -50,7 +51,7 @@ def reply(held, schema, circuit, policy: ClientPolicy, tmp_path) -> Message:
     ctx = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), tmp_path)
     doc, tensors = to_payload(circuit)
     return HANDLERS.handle(Message("em", {f"circuit/{k}": v for k, v in tensors.items()},
-                                   {"circuit": doc, "holdout": 0.0, "seed": 0}), ctx)
+                                   {"circuit": doc}), ctx)
 
 
 def test_a_crafted_circuit_reads_rows_only_without_the_floor(table, tmp_path):
@@ -60,16 +61,18 @@ def test_a_crafted_circuit_reads_rows_only_without_the_floor(table, tmp_path):
     root = f"stats/sum/{len(circuit.nodes) - 1}"
     open_ = reply(held, schema, circuit, ClientPolicy(min_rows=1, audit=False), tmp_path)
     counts = open_.arrays[root]
-    # membership of every guess (an edge no row uses rests on none: its sum's weight times its flow)
-    assert np.allclose(counts[:ROWS], 1.0) and np.allclose(counts[ROWS:], ROWS / len(guesses))
+    used = ~holdout_rows(ROWS, EM_HOLDOUT, 1)  # (the rows the client does not hold out to score passes)
+    assert np.allclose(counts[:ROWS][used], 1.0) and np.allclose(counts[:ROWS][~used], 0.0)
+    assert np.allclose(counts[ROWS:], 0.0)  # membership of every guess
     stats = np.stack([open_.arrays[k] for k in open_.arrays if k.startswith("stats/leaf/")])  # (w, w x, w x^2)
-    used = stats[stats[:, 0] > 0.5]
-    assert len(used) == ROWS * COLUMNS  # each leaf of a held row: that row's value, exactly
-    assert np.allclose(np.sort(used[:, 1] / used[:, 0]), np.sort(held.ravel()), rtol=1e-6)
+    read = stats[stats[:, 0] > 0.5]
+    assert len(read) == used.sum() * COLUMNS  # each leaf of a row: that row's value, exactly
+    assert np.allclose(np.sort(read[:, 1] / read[:, 0]), np.sort(held[used].ravel()), rtol=1e-6)
 
     floored = reply(held, schema, circuit, ClientPolicy(), tmp_path)
     assert not [k for k in floored.arrays if k.startswith("stats/leaf/")]
-    assert np.allclose(floored.arrays[root], ROWS / len(guesses))  # the old weights times the flow
+    used = ~holdout_rows(ROWS, EM_HOLDOUT, 10)
+    assert np.allclose(floored.arrays[root], used.sum() / len(guesses))  # the old weights times the flow
     shuffled = reply(other, schema, circuit, ClientPolicy(), tmp_path)  # a client holding the other rows
     assert np.array_equal(shuffled.arrays[root], floored.arrays[root])
 
@@ -96,9 +99,51 @@ def test_a_categorical_leaf_whose_states_hold_one_row_each_sends_no_rows_weight(
         ctx = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, policy), tmp_path)
         doc, tensors = to_payload(circuit)
         return HANDLERS.handle(Message("em", {f"circuit/{k}": t for k, t in tensors.items()},
-                                       {"circuit": doc, "holdout": 0.0, "seed": 0}), ctx).arrays[leaf]
+                                       {"circuit": doc}), ctx).arrays[leaf]
 
-    read = np.log(counts(ClientPolicy(min_rows=1, audit=False)) / (1 - counts(ClientPolicy(min_rows=1, audit=False))))
-    np.testing.assert_allclose(read / 2, v, atol=1e-5)  # every row's v, from its category's count
+    used = ~holdout_rows(n, EM_HOLDOUT, 1)  # (the rows the client does not hold out to score passes)
+    p = counts(ClientPolicy(min_rows=1, audit=False))[used]
+    np.testing.assert_allclose(np.log(p / (1 - p)) / 2, v[used], atol=1e-5)  # every row's v, from its count
     floored = counts(ClientPolicy())
-    assert np.allclose(floored, floored.mean()) and floored.sum() == pytest.approx((1 / (1 + np.exp(-2 * v))).sum())
+    used = ~holdout_rows(n, EM_HOLDOUT, 10)
+    assert np.allclose(floored, floored.mean())
+    assert floored.sum() == pytest.approx((1 / (1 + np.exp(-2 * v[used]))).sum())
+
+
+def test_a_split_with_one_low_edge_or_state_is_sent_whole_as_the_current_weights(tmp_path):
+    """Found by review: a low edge or state sent as the current weight times the total, beside
+    its siblings' exact counts, gives its own count as the total less theirs (one row's
+    posterior, here a function of its income). Now the whole split is the current weights times
+    the total; and a column observed in fewer than ``min_rows`` rows sends no std floor of its
+    values (the floor of 2 observed incomes was their distance)."""
+    rng = np.random.default_rng(2)
+    n = 150
+    income = rng.normal(50, 20, n)
+    flag = np.zeros(n)
+    target = int(np.flatnonzero(~holdout_rows(n, EM_HOLDOUT, 10))[0])  # (a row the client does not hold out)
+    flag[target] = 1
+    sparse = np.full(n, np.nan)
+    sparse[[3, 7]] = [10.0, 3096.5]
+    schema = Schema((Feature("income", "continuous"), Feature("flag", "binary", (0, 1)),
+                     Feature("sparse", "continuous")))
+    frame = pd.DataFrame({"income": income, "flag": flag, "sparse": sparse})
+    circuit = Circuit(schema)
+    children = []
+    for mean in (0.0, 100.0):
+        flag_leaf = circuit.leaf(1, "bernoulli", {"p": np.array(0.5)})
+        children.append(circuit.product([circuit.leaf(0, "gaussian", {"mean": np.array(mean), "std": np.array(50.0)}),
+                                         flag_leaf, circuit.leaf(2, "gaussian", {"mean": np.array(0.0),
+                                                                                 "std": np.array(1.0)})]))
+    narrow = circuit.product([circuit.leaf(0, "gaussian", {"mean": np.array(income[target]), "std": np.array(1e-3)}),
+                              circuit.leaf(1, "bernoulli", {"p": np.array(0.5)}),
+                              circuit.leaf(2, "gaussian", {"mean": np.array(0.0), "std": np.array(1.0)})])
+    weights = np.array([0.45, 0.45, 0.1])
+    circuit.sum(children + [narrow], weights)
+    ctx = ClientContext("client-0", ClientData("client-0", schema, frame, None, {}, ClientPolicy()), tmp_path)
+    doc, tensors = to_payload(circuit)
+    out = HANDLERS.handle(Message("em", {f"circuit/{k}": t for k, t in tensors.items()}, {"circuit": doc}), ctx)
+    root = out.arrays[f"stats/sum/{len(circuit.nodes) - 1}"]
+    np.testing.assert_allclose(root / root.sum(), weights)  # (the narrow edge holds one row: the split is hidden)
+    flag_stats = out.arrays[f"stats/leaf/{circuit.nodes[children[1]].children[1]}"]  # [rows, ones]
+    assert flag_stats[1] == pytest.approx(0.5 * flag_stats[0])  # (one row has the flag: the leaf's p times its weight)
+    assert out.arrays["floors"][2] == MIN_STD

@@ -156,25 +156,26 @@ def resting(circuit: Circuit, cc: CompiledCircuit, stats: dict, min_rows: int) -
     current weight times the sum's flow, so that narrow children cannot make a sum's edge counts
     a histogram of single rows. A categorical or Bernoulli leaf (with ``squares`` statistics)
     must also rest on ``min_rows`` rows in each of its states, by Kish's effective count (sum
-    w)^2 / sum w^2: a state below takes the leaf's current probability times the leaf's weight,
-    so that a state held by one row does not carry that row's weight (a function of its other
-    values). The statistics of other leaf types are left out: the server keeps those leaves.
-    What is left out says only that fewer than ``min_rows`` rows reach a node."""
+    w)^2 / sum w^2, so that a state held by one row does not carry that row's weight (a function
+    of its other values). Where one edge or state is below, every edge of that sum (state of that
+    leaf) takes its current weight times the node's flow: the split is then the server's own,
+    and no kept sibling can be subtracted from the total to give the low one. The statistics of
+    other leaf types are left out: the server keeps those leaves. What is left out says only
+    that fewer than ``min_rows`` rows reach a node."""
     out = by_node(circuit, cc, stats)
     for k, layer in enumerate(cc.layers):
         if ("top", "edge", k) not in stats:
             continue
         parent = layer.parent.cpu().numpy()
         counts, flow = stats[("mass", "edge", k)], stats[("mass", "sum", k)]
-        low_edge = (counts < min_rows * stats[("top", "edge", k)]) | (counts <= 0)
+        low_edge = counts < min_rows * stats[("top", "edge", k)]  # (a count of 0: no row, and none to read)
         low_sum = (flow < min_rows * stats[("top", "sum", k)]) | (flow <= 0)
         for i, node_id in enumerate(layer.nodes):
             edges = parent == i
             if low_sum[i]:
                 del out[f"sum/{node_id}"]
             elif low_edge[edges].any():
-                old = circuit.nodes[node_id].weights  # type: ignore[union-attr]
-                out[f"sum/{node_id}"] = np.where(low_edge[edges], flow[i] * old, counts[edges])
+                out[f"sum/{node_id}"] = flow[i] * circuit.nodes[node_id].weights  # type: ignore[union-attr]
     for _, _, node_id in below_floor(cc, stats, min_rows):
         out.pop(f"leaf/{node_id}", None)
     for key in [k for k in out if k.startswith("leaf/")]:
@@ -190,9 +191,10 @@ def resting(circuit: Circuit, cc: CompiledCircuit, stats: dict, min_rows: int) -
 
 
 def state_floor(leaf: Leaf, counts: np.ndarray, squares: np.ndarray | None, min_rows: int) -> np.ndarray | None:
-    """A categorical or Bernoulli leaf's statistics ``counts`` with each state below ``min_rows``
-    rows (Kish's count from ``squares``, the statistics under squared weights; or no weight)
-    at the leaf's current probability times its weight (``resting``); None for other types."""
+    """A categorical or Bernoulli leaf's statistics ``counts``, or where any state rests on fewer
+    than ``min_rows`` rows (Kish's count from ``squares``, the statistics under squared weights;
+    a state no row reaches counts 0) every state at the leaf's current probability times its
+    weight (``resting``); None for other types."""
     if squares is None or leaf.dist not in ("categorical", "bernoulli"):
         return None
     if leaf.dist == "bernoulli":  # ([rows, ones] -> per state: zeros, ones)
@@ -201,8 +203,8 @@ def state_floor(leaf: Leaf, counts: np.ndarray, squares: np.ndarray | None, min_
     else:
         probs = np.zeros(len(counts))
         probs[:len(leaf.params["probs"])] = leaf.params["probs"]
-    low = (counts * counts < min_rows * squares) | (counts <= 0)
-    counts = np.where(low, counts.sum() * probs, counts)
+    if (counts * counts < min_rows * squares).any():  # (a count of 0: no row, and none to read)
+        counts = counts.sum() * probs
     return np.array([counts.sum(), counts[1]]) if leaf.dist == "bernoulli" else counts
 
 

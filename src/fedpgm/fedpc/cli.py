@@ -69,7 +69,7 @@ def fit(
     refine_passes: Annotated[Optional[int], typer.Option(
         help="horizontal: at most this many passes of federated EM over every client's rows after the one "
              "pass, kept while each client's held-out rows score better (0: the paper's one pass)",
-        show_default="auto: 3", min=0)] = None,
+        show_default="auto: 3", min=0, max=10)] = None,
     products: Annotated[Optional[int], typer.Option(help="random gluing: number of products P")] = None,
     learner: Annotated[str, typer.Option(help="local learner: learnspn, learnspn-cv (each client chooses its "
                                               "LearnSPN settings on 10% of its rows within --budget-s per circuit), "

@@ -53,7 +53,7 @@ from fedpgm.circuits.io import from_payload, load_circuit, save_payload, to_payl
 from fedpgm.circuits.learners import LEARNERS, learner_spec, log_likelihood_of
 from fedpgm.circuits.leaves import CONTINUOUS_LEAVES
 from fedpgm.circuits.structure import combine
-from fedpgm.circuits.weighted import std_floors
+from fedpgm.circuits.weighted import MIN_STD, std_floors
 from fedpgm.data.partition import ClientData
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.data.schema import Feature, Schema
@@ -120,8 +120,11 @@ FIT = Contract({"shared": ListOf(Columns(), 64), "own": Columns(), "learner": Ch
                required=("shared", "own", "learner", "clusters", "params", "send"))
 # EM statistics for a circuit the server assembled: the client trains nothing, but what it sends
 # is a function of a model the server chose (``sent_model``: refused where the policy wants DP)
-EM = Contract({"circuit": Doc(1 << 24), "holdout": Float(0.0, 0.5), "seed": Int(0, 2**32 - 1)},
-              required=("circuit", "holdout", "seed"), arrays={"circuit/*": Array("f", 1 << 26)}, sent_model=True)
+EM = Contract({"circuit": Doc(1 << 24)}, required=("circuit",), arrays={"circuit/*": Array("f", 1 << 26)},
+              sent_model=True)
+EM_HOLDOUT = 0.1  # of the client's rows, held out of EM's statistics to score each pass
+EM_REQUESTS = 11  # answered per run: the one-pass circuit and at most 10 passes (one bit each)
+EM_SCORE, EM_COUNT = "fedpc_em_score", "fedpc_em_requests"
 LOGLIK = Contract({"columns": Columns()}, required=("columns",),
                   arrays={"X": Array("f", 1 << 26)})
 COOCCURRENCE = Contract({"weights": ListOf(Int(1, 2**63 - 1), 1024)}, required=("weights",),
@@ -327,25 +330,34 @@ def cooccurrence(request: Message, ctx: ClientContext) -> Message:
     return Message("cooccurrence", {"masked": masked})
 
 
-def holdout_rows(n: int, share: float, seed: int, floor: int) -> np.ndarray:
+def holdout_rows(n: int, share: float, floor: int) -> np.ndarray:
     """(n,) bool: the rows EM's statistics leave out to score each pass: a ``share`` of them, at
-    least ``floor`` (the policy's ``min_rows``), drawn with ``seed``; none where fewer than
-    ``floor`` would be left, or where ``share`` is 0."""
+    least ``floor`` (the policy's ``min_rows``), drawn by the client (a fixed seed: the same
+    rows in every request, none chosen by the server); none where fewer than ``floor`` would be
+    left, or where ``share`` is 0."""
     held = np.zeros(n, dtype=bool)
     size = max(int(round(share * n)), floor) if share > 0 else 0
     if size and n - size >= floor:
-        held[np.random.default_rng(seed).choice(n, size, replace=False)] = True
+        held[np.random.default_rng(0).choice(n, size, replace=False)] = True
     return held
 
 
 @HANDLERS.train("em", EM)
 def em(request: Message, ctx: ClientContext) -> Message:
     """One pass of federated EM (module doc): the circuit's expected statistics over this
-    client's rows outside the held-out share, each resting on ``min_rows`` rows, by node
-    (``circuits.em.by_node``; arrays "stats/..."), the columns' std floors ("floors"), and the
-    held-out rows' summed log-likelihood."""
+    client's rows outside its held-out rows (``EM_HOLDOUT`` of them, the same in every request),
+    each resting on ``min_rows`` rows, by node (``circuits.em.resting``; arrays "stats/..."), the
+    columns' std floors ("floors"; ``MIN_STD`` for a column of fewer than ``min_rows`` observed
+    values), and one bit: whether the circuit scores better on the held-out rows than the one
+    sent before it in this run ("better"; None for the first, or without held-out rows). The
+    score itself never leaves: a sum over rows of a function the server chose, it could be
+    nearly constant but for one row. At most ``EM_REQUESTS`` requests per run."""
     cfg = request.config
     ctx.require_rows(len(ctx.data.train), "EM statistics")
+    answered = int(ctx.state.get(EM_COUNT, 0))
+    if answered >= EM_REQUESTS:
+        raise PolicyRefusal(f"client '{ctx.client_id}' answers {EM_REQUESTS} EM requests per run (one bit each); "
+                            "start a new run")
     tensors = {k[len("circuit/"):]: v for k, v in request.arrays.items()}
     circuit, _ = from_payload(cfg["circuit"], tensors, "the circuit sent for EM")
     if circuit.dense:
@@ -357,15 +369,19 @@ def em(request: Message, ctx: ClientContext) -> Message:
     start = time.process_time()
     X = ctx.data.train[names].to_numpy(dtype=float)
     floor = ctx.policy.min_rows
-    held = holdout_rows(len(X), float(cfg["holdout"]), int(cfg["seed"]), floor)
+    held = holdout_rows(len(X), EM_HOLDOUT, floor)
     cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)
-    stats, total = expected_statistics(circuit, cc, X[~held], weigh=True, squares=True)
+    stats, _ = expected_statistics(circuit, cc, X[~held], weigh=True, squares=True)
     arrays = {f"stats/{k}": v for k, v in resting(circuit, cc, stats, floor).items()}
-    arrays["floors"] = std_floors(X)
-    config = {"n": int((~held).sum()), "loglik": total, "n_holdout": int(held.sum())}
+    arrays["floors"] = np.where((~np.isnan(X)).sum(0) >= floor, std_floors(X), MIN_STD)
+    config: dict = {"n": int((~held).sum()), "n_holdout": int(held.sum()), "better": None}
     if held.any():
         values = cc.forward(cc.tensor(X[held]))  # (the E-step's float32 pass, summed in float64)
-        config["holdout_loglik"] = float(values[cc.root].sum(dtype=torch.float64))
+        score = float(values[cc.root].sum(dtype=torch.float64))
+        if EM_SCORE in ctx.state:
+            config["better"] = score > float(ctx.state[EM_SCORE])
+        ctx.state[EM_SCORE] = score
+    ctx.state[EM_COUNT] = answered + 1
     config["seconds"] = time.process_time() - start
     return Message("em", arrays, config)
 

@@ -60,7 +60,7 @@ class FederatedPC(FederatedEstimator):
         "min_clients": [Interval(Integral, 1, None, closed="left"), None],
         "align": [StrOptions({"none", "psi"})],
         "smoothing": [Interval(Real, 0, None, closed="left"), None],
-        "refine_passes": [Interval(Integral, 0, None, closed="left"), None],
+        "refine_passes": [Interval(Integral, 0, 10, closed="both"), None],
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
     }
 

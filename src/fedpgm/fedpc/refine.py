@@ -9,8 +9,11 @@ circuit, every client replies with its expected statistics (``fedpc.client.em``:
 every sum, each leaf's weighted sufficient statistics, each resting on at least its policy's
 ``min_rows`` rows), and the server adds them and takes the M-step (``circuits.em.m_step``).
 
-Each client leaves a held-out share of its rows out of the statistics and sends their summed
-log-likelihood; the passes stop when that falls, and the circuit that scored best is kept (the
+Each client leaves a tenth of its rows out of the statistics (the same rows in every request,
+drawn by the client) and answers each pass with one bit: whether the circuit scores better on
+them than the one sent before (``fedpc.client.em``; the score itself never leaves, since the
+server chooses the function summed over the rows). The passes stop when the clients holding
+the majority of the held-out rows say no, and the last circuit they preferred is kept (the
 one-pass circuit where no pass helps, or where no client has enough rows to hold any out).
 Written by hand because no circuit library runs EM over statistics another process computes.
 """
@@ -29,19 +32,18 @@ from fedpgm.circuits.structure import Circuit
 from fedpgm.federation.base import Federation
 
 PASSES = 3  # at most, each scored on the held-out rows (most of the gain: breast cancer x8, the corpus)
-HOLDOUT = 0.1  # of each client's rows
 
 
 def refine(fed: Federation, circuit: Circuit, clients: list[str], passes: int = PASSES,
-           holdout: float = HOLDOUT, seed: int = 0, min_clients: int | None = None) -> tuple[Circuit, dict]:
-    """The best of ``circuit`` and up to ``passes`` federated EM passes from it by the clients'
-    summed held-out log-likelihood (module doc), and a record of the passes: {"passes": kept,
-    "holdout_loglik": per circuit scored (nats per held-out row), "n_holdout": rows,
-    "client_seconds": each client's CPU seconds over the passes, "server_seconds": the server's}.
+           min_clients: int | None = None) -> tuple[Circuit, dict]:
+    """The last of ``circuit`` and up to ``passes`` federated EM passes from it that the clients'
+    held-out rows preferred (module doc), and a record: {"passes": kept, "better": per pass the
+    share of held-out rows whose client said the pass scored better, "n_holdout": rows,
+    "client_seconds": each client's CPU seconds, "server_seconds": the server's}.
     ``min_clients``: go on with the clients that answer as long as this many do (later passes
     ask only those; the fit's quorum), None: every client must answer each pass."""
     server = time.process_time()
-    best, best_ll, kept, history = circuit, -np.inf, 0, []
+    best, kept, shares = circuit, 0, []
     seconds = dict.fromkeys(clients, 0.0)
     current = copy.deepcopy(circuit)
     cc = CompiledCircuit(current, dtype=E_STEP_DTYPE)  # (compiled once; each M-step reloads its parameters)
@@ -49,8 +51,7 @@ def refine(fed: Federation, circuit: Circuit, clients: list[str], passes: int = 
     for p in range(passes + 1):
         doc, tensors = to_payload(current)
         server -= time.process_time()  # (the clients' work is theirs)
-        replies = fed.broadcast("em", {f"circuit/{k}": v for k, v in tensors.items()},
-                                {"circuit": doc, "holdout": holdout, "seed": seed},
+        replies = fed.broadcast("em", {f"circuit/{k}": v for k, v in tensors.items()}, {"circuit": doc},
                                 clients=clients).require(min_clients)
         server += time.process_time()
         clients = list(replies)
@@ -59,19 +60,20 @@ def refine(fed: Federation, circuit: Circuit, clients: list[str], passes: int = 
         n_holdout = sum(int(m.config["n_holdout"]) for m in replies.values())
         if n_holdout == 0:  # nothing to score a pass on: keep the one pass
             break
-        ll = sum(float(m.config.get("holdout_loglik", 0.0)) for m in replies.values()) / n_holdout
-        history.append(ll)
-        if ll <= best_ll:
-            break
-        best, best_ll, kept = copy.deepcopy(current), ll, p
+        if p > 0:
+            yes = sum(int(m.config["n_holdout"]) for m in replies.values() if m.config["better"] is True)
+            shares.append(yes / n_holdout)
+            if 2 * yes <= n_holdout:
+                break
+            best, kept = copy.deepcopy(current), p
         if p == passes:
             break
-        summed: dict[str, np.ndarray] = {}  # (a leaf no client sent keeps its parameters)
+        summed: dict[str, np.ndarray] = {}  # (a node no client sent keeps its parameters)
         for m in replies.values():
             for k, v in m.arrays.items():
                 if k.startswith("stats/"):
                     summed[k[6:]] = summed[k[6:]] + v if k[6:] in summed else v
         floors = np.max([m.arrays["floors"] for m in replies.values()], axis=0)  # (each at least MIN_STD)
         m_step(current, cc, by_layer(current, cc, summed), floors)
-    return best, {"passes": kept, "holdout_loglik": history, "n_holdout": n_holdout, "client_seconds": seconds,
+    return best, {"passes": kept, "better": shares, "n_holdout": n_holdout, "client_seconds": seconds,
                   "server_seconds": time.process_time() - server}

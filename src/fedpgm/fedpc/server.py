@@ -30,6 +30,7 @@ from fedpgm.federation.base import Federation
 from fedpgm.federation.psi import align_rows, check_align
 from fedpgm.federation.secret import share_secret
 from fedpgm.fedpc import defaults, refine
+from fedpgm.fedpc.client import EM_REQUESTS
 from fedpgm.fedpc.model import FedPC
 from fedpgm.fedpc.plan import GLUES, Alternative, Plan, TupleModel, aligned, assemble, glue, tuple_model
 from fedpgm.threads import one_thread
@@ -125,8 +126,9 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     seconds in the critical path count its work, not two thread pools spinning."""
     if clusters is not None and clusters < 1:
         raise FedpgmError(f"clusters must be >= 1, got {clusters}")
-    if refine_passes is not None and not (isinstance(refine_passes, int) and refine_passes >= 0):
-        raise FedpgmError(f"refine_passes must be an integer >= 0, got {refine_passes!r}")
+    if refine_passes is not None and not (isinstance(refine_passes, int) and 0 <= refine_passes < EM_REQUESTS):
+        raise FedpgmError(f"refine_passes must be an integer in 0..{EM_REQUESTS - 1} (a client answers "
+                          f"{EM_REQUESTS} EM requests per run), got {refine_passes!r}")
     if smoothing is not None and not smoothing >= 0:
         raise FedpgmError(f"smoothing (pseudo-rows per cluster tuple) must be >= 0, got {smoothing}")
     if glue_how not in GLUES + ("auto",):
@@ -226,7 +228,7 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     passes = (refine.PASSES if willing else 0) if refine_passes is None else refine_passes
     refined = None
     if horizontal and circuit is not None and passes > 0:
-        circuit, refined = refine.refine(fed, circuit, list(replies), passes, seed=seed, min_clients=min_clients)
+        circuit, refined = refine.refine(fed, circuit, list(replies), passes, min_clients=min_clients)
         server_cpu += refined["server_seconds"]
         client_seconds = {c: s + refined["client_seconds"][c] for c, s in client_seconds.items()}
     policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
@@ -237,7 +239,7 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
             "critical_path_seconds": max(client_seconds.values()) + server_cpu,
             "train_seconds": time.perf_counter() - wall, "communication": fed.ledger.totals()}
     if refined is not None:
-        info["em"] = {k: refined[k] for k in ("passes", "holdout_loglik", "n_holdout")}
+        info["em"] = {k: refined[k] for k in ("passes", "better", "n_holdout")}
     if fed.left_out:
         info["left_out"] = fed.left_out_report()
     if policy:
