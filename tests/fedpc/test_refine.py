@@ -167,3 +167,23 @@ def test_a_client_that_requires_dp_makes_auto_refinement_none_and_refuses_an_exp
     assert auto.score(ds.test) == one.score(ds.test)
     with pytest.raises(ClientFailed, match="trains a model it is sent only under differential privacy"):
         fit(part, refine_passes=2)
+
+
+def test_a_deployed_node_answers_em_only_where_its_policy_says_so(cancer, tmp_path):
+    """On a deployed SuperNode the coordinator is another party, and a crafted circuit can
+    difference EM's statistics (docs/security.md): by default such a node refuses ``em`` and says
+    so in ``describe``, so ``auto`` makes no pass; its policy's ``em`` true answers."""
+    ds, part = cancer
+    client = part.clients[0]
+    circuit = fit(part, refine_passes=0).circuit
+    doc, tensors = to_payload(circuit)
+    request = Message("em", {f"circuit/{k}": v for k, v in tensors.items()}, {"circuit": doc})
+    node = ClientContext(client.client_id, client, tmp_path, deployed=True)
+    assert FEDPC.handle(Message("describe"), node).config["refines"] is False
+    with pytest.raises(PolicyRefusal, match="only where its policy sets em true"):
+        FEDPC.handle(request, node)
+    willing = copy.copy(client)
+    willing.policy = ClientPolicy(em=True)
+    node = ClientContext(client.client_id, willing, tmp_path, deployed=True)
+    assert FEDPC.handle(Message("describe"), node).config["refines"] is True
+    assert any(k.startswith("stats/sum/") for k in FEDPC.handle(request, node).arrays)

@@ -31,6 +31,11 @@ it without code of its own:
 - ``memberships`` (default on): FedPC's aligned gluing may use the client's clusters (its row
   tokens, and once per run its cluster indices masked so that only their sum over the parties is
   readable: docs/security.md); off, such a request is refused and ``auto`` gluing is random.
+- ``em`` (default: in-process only): FedPC's EM refinement may ask the client for EM's
+  statistics of its rows under a circuit the coordinator sends (``fedpc.client.em``; floored,
+  but a crafted circuit can difference them: docs/security.md). None answers where the
+  coordinator is this user's own process (in-process runs, Flower's Simulation Runtime) and
+  refuses on a deployed SuperNode; true answers there too; false never.
 - ``audit`` (default on): the privacy audit (``fedpgm.federation.privacy``) checks every reply
   against the client's own table before it leaves; a reply that carries rows is refused.
 """
@@ -67,6 +72,7 @@ class ClientPolicy:
     max_psi_ids: int = 10_000_000  # ids another party's PSI request may hold
     memberships: bool = True  # FedPC aligned gluing: masked cluster indices (their sum: a histogram)
     secure_whole_roster: bool = False  # a secure sum's members: every party of the roster
+    em: bool | None = None  # FedPC's EM statistics of a circuit it is sent (None: not on a deployed node)
 
     def __post_init__(self) -> None:
         if isinstance(self.min_rows, bool) or not isinstance(self.min_rows, int) or self.min_rows < 1:
@@ -83,6 +89,8 @@ class ClientPolicy:
         for name in ("audit", "require_secure_aggregation", "memberships", "secure_whole_roster"):
             if not isinstance(getattr(self, name), bool):
                 raise FedpgmError(f"policy {name} must be true or false, got {getattr(self, name)!r}")
+        if self.em is not None and not isinstance(self.em, bool):
+            raise FedpgmError(f"policy em must be true, false or null, got {self.em!r}")
         for name, least in (("max_requests", 1), ("min_cohort", 2), ("max_psi_ids", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:

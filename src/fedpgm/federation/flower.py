@@ -386,7 +386,8 @@ def node_context(context: Context) -> ClientContext:
     entry: dict = next((e for e in doc.get("clients", []) if e.get("id") == cid), {})
     data = ClientData(cid, schema.select(train.columns), train, test, entry.get("meta", {}), policy)
     return ClientContext(cid, data, workdir, load_state(workdir), identity=identity,
-                         earlier_dp=spending.earlier(workdir.parent, workdir.name))
+                         earlier_dp=spending.earlier(workdir.parent, workdir.name),
+                         deployed="client-id" in context.node_config)  # (a simulated node has a partition-id)
 
 
 def keep(ctx: ClientContext) -> None:

@@ -66,7 +66,8 @@ class ClientContext:
     working folder for state kept between messages, and its privacy policy; its identity (signing
     key and the parties' roster) where the deployment gave it one; ``secure``: this request came
     as a share of a secure sum; ``earlier_dp``: the DP accountant's steps its rows served in the
-    node's other runs (``fedpgm.federation.spending``; none in-process)."""
+    node's other runs (``fedpgm.federation.spending``; none in-process); ``deployed``: it runs on
+    a deployed SuperNode, where the coordinator is another party's."""
     client_id: str
     data: ClientData
     workdir: Path
@@ -76,6 +77,7 @@ class ClientContext:
     cache: dict = field(default_factory=dict, repr=False)  # derived values; never saved or sent
     notes: list = field(default_factory=list)  # what the policy changed in this message's request
     earlier_dp: list = field(default_factory=list)  # DP steps this node spent in other runs (``spending``)
+    deployed: bool = False  # a SuperNode of a deployment (not in-process, not Flower's simulation)
 
     @property
     def policy(self) -> ClientPolicy:

@@ -3,7 +3,7 @@
 - ``describe``: the schema of the columns held, the number of training rows, a digest of the
   sorted row ids (so the server can check that a vertical federation's rows align) and whether
   the client takes part in aligned gluing (its policy allows it and it has an identity) and in
-  EM refinement (its policy does not require DP); never rows.
+  EM refinement (``answers_em``); never rows.
 - ``fit``: one circuit per subspace shared with other clients (on all rows) and, for this
   client's own subspace, its rows clustered by k-means on those columns only and one circuit per
   cluster (with ``whole``, one more on all its rows). The circuits are kept in the client's work
@@ -142,7 +142,7 @@ def describe(request: Message, ctx: ClientContext) -> Message:
     return Message("describe", config={"schema": ctx.data.schema.to_dict(), "n_rows": len(ids),
                                        "ids_digest": digest,
                                        "aligned": bool(ctx.policy.memberships and ctx.identity is not None),
-                                       "refines": ctx.policy.max_epsilon is None})  # (``em``: see its contract)
+                                       "refines": answers_em(ctx)})
 
 
 def learn(ctx: ClientContext, names: list[str], rows: np.ndarray, learner: str, params: dict):
@@ -330,6 +330,14 @@ def cooccurrence(request: Message, ctx: ClientContext) -> Message:
     return Message("cooccurrence", {"masked": masked})
 
 
+def answers_em(ctx: ClientContext) -> bool:
+    """Whether the client answers ``em``: its policy's ``em``, by default where it does not run on
+    a deployed node (the coordinator is then this user's own process), and never under a policy
+    that requires DP (``Contract.sent_model``)."""
+    allowed = ctx.policy.em if ctx.policy.em is not None else not ctx.deployed
+    return allowed and ctx.policy.max_epsilon is None
+
+
 def holdout_rows(n: int, share: float, floor: int) -> np.ndarray:
     """(n,) bool: the rows EM's statistics leave out to score each pass: a ``share`` of them, at
     least ``floor`` (the policy's ``min_rows``), drawn by the client (a fixed seed: the same
@@ -353,6 +361,10 @@ def em(request: Message, ctx: ClientContext) -> Message:
     score itself never leaves: a sum over rows of a function the server chose, it could be
     nearly constant but for one row. At most ``EM_REQUESTS`` requests per run."""
     cfg = request.config
+    if not answers_em(ctx):
+        raise PolicyRefusal(f"client '{ctx.client_id}' sends EM statistics of a circuit it is sent only where its "
+                            "policy sets em true (on a deployed node the coordinator chooses the circuit: "
+                            "docs/security.md); fit with --refine-passes 0")
     ctx.require_rows(len(ctx.data.train), "EM statistics")
     answered = int(ctx.state.get(EM_COUNT, 0))
     if answered >= EM_REQUESTS:
