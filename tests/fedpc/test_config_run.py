@@ -24,7 +24,10 @@ splitnn = {epochs = 2}
 """
 
 
-def test_run_config_writes_report_plot_and_table(cli, tmp_path, read_report):
+def test_run_config_writes_report_plot_and_table(cli, tmp_path, read_report, monkeypatch):
+    from fedpgm import cli_common
+
+    monkeypatch.setattr(cli_common.console, "_width", 160)  # (the table of 5 runs: wider than a terminal-less 80)
     config = tmp_path / "exp.toml"
     config.write_text(CONFIG)
     code, out, err = cli("run", config, "--out", tmp_path / "res")
