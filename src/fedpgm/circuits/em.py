@@ -51,13 +51,14 @@ class PastDeadline(Exception):
 
 
 def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, weigh: bool = False,
-                        deadline: float | None = None, squares: bool = False) -> tuple[dict, float]:
+                        deadline: float | None = None, splits: bool = False) -> tuple[dict, float]:
     """{("edge", layer) or ("leaf", node): statistics} summed over rows (float64), and the total LL.
     Chunks of rows are summed as one array per sum layer and per leaf group, split per leaf once.
     ``weigh``: also {("mass" or "top", "sum" or "leaf", layer or group): (nodes,)} each node's
-    weight sum and largest weight of a row (for the floor), and the same per edge of each sum
-    layer, {("mass" or "top", "edge", layer): (edges,)} (``resting``). ``squares``: also
-    {("square", node): statistics} each leaf's statistics under the squared weights (``resting``).
+    weight sum and largest weight of a row (for the floor). ``splits`` (with ``weigh``): also, for
+    the floor of each edge and state (``resting``), {("top", "edge", layer): (edges,)} each
+    edge's largest use by one row and {("square", node): statistics} each leaf's statistics under
+    the squared weights.
     ``deadline`` (a ``time.perf_counter()`` time): the rows go in at least ``DEADLINE_CHUNKS``
     chunks, and no chunk predicted to end after it (as long as the slowest chunk yet) starts:
     ``PastDeadline`` instead, so a whole-batch pass stops within about an eighth of its time of
@@ -65,6 +66,7 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, we
     edges: dict[int, np.ndarray] = {}
     groups: list[np.ndarray | None] = [None] * len(cc.groups)
     squared: list[np.ndarray | None] = [None] * len(cc.groups)
+    stats_top: dict[int, np.ndarray] = {}  # sum layer -> each edge's largest use by one row (``splits``)
     params = [[circuit.nodes[node_id].params for node_id in g.nodes] for g in cc.groups]  # type: ignore[union-attr]
     columns = [g.vars.cpu().numpy() for g in cc.groups]
     mass: dict = {}
@@ -79,7 +81,7 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, we
             raise PastDeadline(f"the E-step reached its deadline after {lo} of {len(X)} rows")
         rows = X[lo: lo + step]
         values = cc.forward(cc.tensor(rows))
-        edge_tops: list | None = [None] * len(cc.layers) if weigh else None
+        edge_tops: list | None = [None] * len(cc.layers) if splits else None
         flow, edge_counts = cc.flows(values, edge_tops)
         total += float(values[cc.root].sum(dtype=torch.float64))
         for k, counts in enumerate(edge_counts):
@@ -89,12 +91,14 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, we
                     f = flow[cc.layers[k].start:cc.layers[k].end]
                     add_mass(mass, ("sum", k), f.sum(1, dtype=torch.float64).cpu().numpy(),
                              f.amax(1).double().cpu().numpy())
-                    add_mass(mass, ("edge", k), counts, edge_tops[k])  # type: ignore[index]
+                if splits:
+                    top = edge_tops[k]  # type: ignore[index]
+                    stats_top[k] = np.maximum(stats_top[k], top) if k in stats_top else top
         for i, g in enumerate(cc.groups):
             w = flow[g.start:g.end].double().cpu().numpy()
             part = leaf_type(g.dist).group_stats(rows[:, columns[i]], w, params[i])
             groups[i] = part if groups[i] is None else groups[i] + part
-            if squares:
+            if splits:
                 part = leaf_type(g.dist).group_stats(rows[:, columns[i]], w * w, params[i])
                 squared[i] = part if squared[i] is None else squared[i] + part
             if weigh:
@@ -109,6 +113,7 @@ def expected_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, we
             stats.update({("square", node_id): row for node_id, row in zip(g.nodes, sq)})
     for key, (sums, tops) in mass.items():
         stats[("mass",) + key], stats[("top",) + key] = sums, tops
+    stats.update({("top", "edge", k): top for k, top in stats_top.items()})
     return stats, total
 
 
@@ -150,11 +155,11 @@ def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[n
 
 
 def resting(circuit: Circuit, cc: CompiledCircuit, stats: dict, min_rows: int) -> dict[str, np.ndarray]:
-    """``by_node``'s statistics (from ``stats`` with "mass" and "top" entries) of the nodes whose
-    weights rest on at least ``min_rows`` rows, for statistics of a circuit someone else chose:
-    a sum or leaf below (fewer rows, or none) is left out, and an edge below takes its sum's
-    current weight times the sum's flow, so that narrow children cannot make a sum's edge counts
-    a histogram of single rows. A categorical or Bernoulli leaf (with ``squares`` statistics)
+    """``by_node``'s statistics (from ``expected_statistics(weigh=True, splits=True)``) of the
+    nodes whose weights rest on at least ``min_rows`` rows, for statistics of a circuit someone
+    else chose: a sum or leaf below (fewer rows, or none) is left out, and so that narrow
+    children cannot make a sum's edge counts a histogram of single rows, each edge must rest on
+    them too. A categorical or Bernoulli leaf (with ``squares`` statistics)
     must also rest on ``min_rows`` rows in each of its states, by Kish's effective count (sum
     w)^2 / sum w^2, so that a state held by one row does not carry that row's weight (a function
     of its other values). Where one edge or state is below, every edge of that sum (state of that
@@ -167,7 +172,7 @@ def resting(circuit: Circuit, cc: CompiledCircuit, stats: dict, min_rows: int) -
         if ("top", "edge", k) not in stats:
             continue
         parent = layer.parent.cpu().numpy()
-        counts, flow = stats[("mass", "edge", k)], stats[("mass", "sum", k)]
+        counts, flow = stats[("edge", k)], stats[("mass", "sum", k)]
         low_edge = counts < min_rows * stats[("top", "edge", k)]  # (a count of 0: no row, and none to read)
         low_sum = (flow < min_rows * stats[("top", "sum", k)]) | (flow <= 0)
         for i, node_id in enumerate(layer.nodes):

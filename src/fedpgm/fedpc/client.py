@@ -383,7 +383,7 @@ def em(request: Message, ctx: ClientContext) -> Message:
     floor = ctx.policy.min_rows
     held = holdout_rows(len(X), EM_HOLDOUT, floor)
     cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)
-    stats, _ = expected_statistics(circuit, cc, X[~held], weigh=True, squares=True)
+    stats, _ = expected_statistics(circuit, cc, X[~held], weigh=True, splits=True)
     arrays = {f"stats/{k}": v for k, v in resting(circuit, cc, stats, floor).items()}
     arrays["floors"] = np.where((~np.isnan(X)).sum(0) >= floor, std_floors(X), MIN_STD)
     config: dict = {"n": int((~held).sum()), "n_holdout": int(held.sum()), "better": None}
