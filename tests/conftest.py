@@ -92,9 +92,11 @@ def write_mnist_fixture():
 
 
 # Tests that start Flower deployments (SuperLink, SuperNodes, the Simulation Runtime) spend most
-# of their time waiting on Flower's fixed polling intervals; with pytest-xdist (``-n 2 --dist
-# loadgroup``) they run one after another on one worker, so that their ports never race, while
-# the other worker takes the rest of the suite, a file at a time (its module fixtures once).
+# of their time waiting on Flower's fixed polling intervals; with pytest-xdist (``pytest -n 2
+# --dist loadgroup``) they run one after another on one worker, so that their ports never race,
+# while the other worker takes the rest of the suite, a file at a time (its module fixtures once).
+# Not the default: on 2 cores the timing tests (budgets, deadlines) then share the CPU, and one of
+# them failed in one of three runs.
 DEPLOYMENT_FILES = {"test_flower.py", "test_tls.py", "test_faults.py", "test_outsider.py", "test_fedpc_flower.py",
                     "test_concepts_flower.py", "test_ngm_flower.py", "test_secure_sum_hostile.py"}
 DEPLOYMENT_WORDS = ("flower", "simulation", "both_backends", "supernode", "superlink", "deployment")
