@@ -271,6 +271,46 @@ def test_a_node_process_imports_only_the_family_its_run_names(parts, tmp_path):
     assert out["other_family"] == "No train function registered with name 'fit'"
 
 
+HELLO_PROCESS = """
+import json, sys
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 7, 0, 1  # as inside a ClientApp process
+from fedpgm.federation.flower import HELLO, client_app
+config, family = json.loads(sys.argv[1]), sys.argv[2]
+ctx = Context(run_id=7, node_id=1, node_config=config, state=RecordDict(), run_config={"handlers": family})
+hello = Message(RecordDict({"hello": ConfigRecord({"nonce": "00"})}), dst_node_id=1, message_type=f"query.{HELLO}")
+reply = client_app(hello, ctx)
+print(json.dumps({"client": str(reply.content["hello"]["client-id"]), "torch": "torch" in sys.modules}))
+"""
+
+
+def test_a_message_that_needs_only_the_routes_does_not_import_the_family(parts, tmp_path):
+    """The first message of a run imports its family (fedpc: torch, scikit-learn) and keeps the
+    family's routes in the node's run folder; a later message of the run that needs no handler
+    (the hello, SecAgg+'s key stages) reads them there instead of importing the family again,
+    and routes kept for another family are not taken."""
+    import json
+    import subprocess
+    import sys
+
+    _, folder = parts
+    config = {"client-id": "client-0", "data": str(folder / "client-0.csv"), "schema": str(folder / "manifest.json"),
+              "workdir": str(tmp_path / "node")}
+
+    def hello(family: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", HELLO_PROCESS, json.dumps(config), family], capture_output=True,
+                              text=True, timeout=120, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert hello("fedpc") == {"client": "client-0", "torch": True}
+    kept = json.loads((tmp_path / "node" / "run-7" / "routes.json").read_text())
+    assert kept["handlers"] == "fedpc" and kept["routes"]["fit"] == "train" and kept["routes"]["em"] == "train"
+    assert hello("fedpc") == {"client": "client-0", "torch": False}
+    assert hello("moments")["torch"] is False  # (moments needs no torch: its routes replace fedpc's)
+    assert json.loads((tmp_path / "node" / "run-7" / "routes.json").read_text())["handlers"] == "moments"
+
+
 def test_supernodes_that_never_connect_are_named(monkeypatch):
     """A SuperNode with the wrong address, CA or key never connects: the run names it."""
     from types import SimpleNamespace

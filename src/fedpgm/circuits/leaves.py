@@ -293,8 +293,12 @@ class Categorical(LeafType):
 
     @classmethod
     def group_stats(cls, x, w, params):
-        v, w = observed(x, w)
-        return np.stack([(w * (v == s)).sum(1) for s in range(max(len(p["probs"]) for p in params))], axis=1)
+        v, w = observed(x, w)  # (L, rows) each
+        cards = np.array([len(p["probs"]) for p in params])
+        k = int(cards.max())
+        state = (v >= 0) & (v < cards[:, None]) & (v == np.round(v))  # (other values count in no state)
+        cell = np.arange(len(v))[:, None] * k + np.where(state, v, 0).astype(np.int64)  # leaf, state -> one index
+        return np.bincount(cell[state], weights=w[state], minlength=len(v) * k).reshape(len(v), k)
 
     @staticmethod
     def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):

@@ -398,12 +398,34 @@ def keep(ctx: ClientContext) -> None:
         spending.record(ctx.workdir.parent, ctx.workdir.name, list(ctx.state[DP_HISTORY]))
 
 
+ROUTES_FILE = "routes.json"  # in the node's run folder: the routes of the run's family
+
+
+def family_routes(context: Context, family: str) -> dict[str, str]:
+    """Name -> kind of every handler of ``family``. Flower starts a process per message and a
+    family's import costs seconds (torch, scikit-learn), while many messages need its routes
+    only (the hello, SecAgg+'s key-sharing and unmasking stages): the first message of a run
+    imports the family and keeps its routes in the node's run folder, where later messages of
+    the run read them."""
+    nc = node_config(context)
+    path = Path(str(nc["workdir"])) / f"run-{context.run_id}" / ROUTES_FILE if "workdir" in nc else None
+    if path is not None and path.is_file():
+        kept = json.loads(path.read_text())
+        if kept.get("handlers") == family:
+            return dict(kept["routes"])
+    routes = load_handlers(handlers_path(family)).routes()
+    if path is not None:
+        write_json_atomic(path, {"handlers": family, "routes": routes})
+    return routes
+
+
 def family_client_app() -> ClientApp:
     """Flower's ``ClientApp`` whose lifespan hook, before a message is dispatched, routes each
     message of the family the run names (run config ``handlers``) under the kind its handler
-    declares. Flower starts a process per message, so a node imports only that family (the
-    others' torch, scikit-learn and opacus imports cost seconds a message). The hook registers
-    on its own app (a closure): the Simulation Runtime calls a copy of the app in each actor."""
+    declares (``family_routes``). Flower starts a process per message, so a node imports only
+    that family, and only for a message its handlers serve (the others' torch, scikit-learn and
+    opacus imports cost seconds a message). The hook registers on its own app (a closure): the
+    Simulation Runtime calls a copy of the app in each actor."""
     app = ClientApp()
     routed: set[tuple[str, str]] = set()  # (kind, name) of the messages routed so far
 
@@ -411,7 +433,7 @@ def family_client_app() -> ClientApp:
     def learn_routes(context: Context) -> Iterator[None]:
         family = context.run_config.get("handlers")
         if family is not None:
-            for name, kind in load_handlers(handlers_path(str(family))).routes().items():
+            for name, kind in family_routes(context, str(family)).items():
                 if (kind, name) not in routed:
                     routed.add((kind, name))
                     getattr(app, kind)(name)(route)
