@@ -197,7 +197,7 @@ def test_an_outsider_runs_nothing_and_a_rogue_node_cannot_claim_an_institution(t
     assert f"refused SuperNode {rogue_id} claiming client 'client-0': its key {key} is not allow-listed" in streamed
     rogue_saw = rogue_log.read_text(errors="replace")
     assert "query.fedpgm_hello" in rogue_saw and "query.describe" not in rogue_saw  # the hello, nothing after
-    assert not (outsider / "work").exists()  # no state: its ClientApp never served a request
+    assert not list((outsider / "work").rglob("state.*"))  # no state: its ClientApp never served a request
     with InProcessFederation(part, "fedpgm.federation.reference:HANDLERS", mode="sequential") as fed:
         local = federated_moments(fed)
     assert remote["clients"] == local["clients"] == ["client-0", "client-1"]
