@@ -386,7 +386,8 @@ def markdown(report: dict) -> str:
 
 def merged(report: dict, earlier: dict) -> dict:
     """``report`` with the fits of the splits it did not run taken from ``earlier`` (same tables),
-    and ``earlier_run``: that run's commit, date, time and the splits taken from it."""
+    and ``earlier_run``: that run's commit, date, time and the splits taken from it (or, where
+    ``earlier`` took those splits from a run before it, that run's)."""
     ran = {r["split"] for t in report["tables"] for r in t["runs"]}
     old = {name(t): t for t in earlier["tables"]}
     missing = [name(t) for t in report["tables"] if name(t) not in old]
@@ -397,8 +398,13 @@ def merged(report: dict, earlier: dict) -> dict:
         t["runs"] = sorted(t["runs"] + [r for r in old[name(t)]["runs"] if r["split"] not in ran],
                            key=lambda r: (order[r["split"]], r["clients"]))
     taken = sorted({r["split"] for t in earlier["tables"] for r in t["runs"]} - ran, key=order.get)
-    report["earlier_run"] = {"source": earlier.get("source", {}), "date": earlier.get("date"),
-                             "elapsed_s": earlier.get("elapsed_s"), "splits": taken}
+    run = {"source": earlier.get("source", {}), "date": earlier.get("date"), "elapsed_s": earlier.get("elapsed_s")}
+    before = earlier.get("earlier_run", {})  # (the earlier run took some splits from a run before it)
+    if set(taken) & set(before.get("splits", [])):
+        if not set(taken) <= set(before["splits"]):
+            raise SystemExit(f"--merge: the splits {taken} come from two earlier runs; rerun one of them")
+        run = {k: before.get(k) for k in run}
+    report["earlier_run"] = {**run, "splits": taken}
     return report
 
 

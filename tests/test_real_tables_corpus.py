@@ -52,3 +52,25 @@ def test_the_label_is_the_last_categorical_column_with_balanced_classes():
     assert real_tables.label_of(frame) == "colour"
     assert real_tables.label_of(frame.iloc[:499]) is None  # too few rows
     assert real_tables.label_of(frame.drop(columns=["x", "y"])) is None  # no numeric column
+
+
+def test_a_merged_run_names_the_run_each_taken_split_came_from():
+    """``--merge``: the splits a run did not fit come from the earlier run, or from the run
+    before it where the earlier run had itself taken them from there; splits from two runs
+    are refused."""
+    def run(commit: str, splits: list[str], before: dict | None = None) -> dict:
+        report = {"source": {"commit": commit}, "date": "2026-11-28", "elapsed_s": 60.0,
+                  "tables": [{"package": "p", "item": "t", "runs": [{"split": s, "clients": 3} for s in splits]}]}
+        return {**report, "earlier_run": before} if before else report
+
+    first = run("aaaaaaa", ["horizontal", "vertical", "hybrid"])
+    second = real_tables.merged(run("bbbbbbb", ["horizontal"]), first)
+    assert second["earlier_run"]["source"]["commit"] == "aaaaaaa"
+    assert second["earlier_run"]["splits"] == ["vertical", "hybrid"]
+    third = real_tables.merged(run("ccccccc", ["horizontal"]), second)  # vertical and hybrid still from the first
+    assert third["earlier_run"]["source"]["commit"] == "aaaaaaa"
+    assert [r["split"] for r in third["tables"][0]["runs"]] == ["horizontal", "vertical", "hybrid"]
+    fourth = real_tables.merged(run("ddddddd", ["vertical", "hybrid"]), second)  # horizontal from the second
+    assert fourth["earlier_run"]["source"]["commit"] == "bbbbbbb" and fourth["earlier_run"]["splits"] == ["horizontal"]
+    with pytest.raises(SystemExit, match="come from two earlier runs"):
+        real_tables.merged(run("eeeeeee", ["hybrid"]), second)  # horizontal from the second, vertical the first
