@@ -456,7 +456,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-rows", type=int, default=5000, help="subsample larger tables to this many rows")
     ap.add_argument("--tables", type=int, default=None, help="only the first N tables of the corpus")
-    ap.add_argument("--splits", nargs="+", default=["horizontal", "vertical", "hybrid"])
+    ap.add_argument("--splits", nargs="+", default=["horizontal", "vertical", "hybrid"],
+                    choices=["horizontal", "vertical", "hybrid"])
     ap.add_argument("--clients", nargs="+", type=int, default=[3, 8])
     ap.add_argument("--jobs", type=int, default=1, help="fits run at the same time")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="deadline of each fedpgm run")
