@@ -398,6 +398,8 @@ def merged(report: dict, earlier: dict) -> dict:
         t["runs"] = sorted(t["runs"] + [r for r in old[name(t)]["runs"] if r["split"] not in ran],
                            key=lambda r: (order[r["split"]], r["clients"]))
     taken = sorted({r["split"] for t in earlier["tables"] for r in t["runs"]} - ran, key=order.get)
+    if not taken:  # (the earlier run had no split this one lacks)
+        return report
     run = {"source": earlier.get("source", {}), "date": earlier.get("date"), "elapsed_s": earlier.get("elapsed_s")}
     before = earlier.get("earlier_run", {})  # (the earlier run took some splits from a run before it)
     if set(taken) & set(before.get("splits", [])):

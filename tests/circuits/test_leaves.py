@@ -103,5 +103,7 @@ def test_group_statistics_equal_each_leafs_own_statistics(kind):
     w = rng.random((x.shape[1], n))
     ours = kind_type.group_stats(x, w, params)
     each = LeafType.group_stats.__func__(kind_type, x, w, params)
-    assert ours.shape == each.shape
+    assert ours.shape == each.shape and ours.dtype == np.float64
     np.testing.assert_allclose(ours, each, rtol=1e-12, atol=1e-9)
+    none = kind_type.group_stats(x[:0], w[:, :0], params)  # (a chunk without rows)
+    assert none.shape == each.shape and none.dtype == np.float64 and not none.any()

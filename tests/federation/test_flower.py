@@ -277,11 +277,17 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = 7, 0, 1  # as inside a ClientApp process
 from fedpgm.federation.flower import HELLO, client_app
-config, family = json.loads(sys.argv[1]), sys.argv[2]
+from fedpgm.federation.codec import Message as Request, decode, encode
+from fedpgm.federation.flower import from_record, to_record
+config, family, kind = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 ctx = Context(run_id=7, node_id=1, node_config=config, state=RecordDict(), run_config={"handlers": family})
-hello = Message(RecordDict({"hello": ConfigRecord({"nonce": "00"})}), dst_node_id=1, message_type=f"query.{HELLO}")
-reply = client_app(hello, ctx)
-print(json.dumps({"client": str(reply.content["hello"]["client-id"]), "torch": "torch" in sys.modules}))
+if kind == "hello":
+    hello = Message(RecordDict({"hello": ConfigRecord({"nonce": "00"})}), dst_node_id=1, message_type=f"query.{HELLO}")
+    out = {"client": str(client_app(hello, ctx).content["hello"]["client-id"])}
+else:  # a message of the family: routed from the routes kept, answered by the family imported now
+    ask = Message(to_record(bytes(encode(Request(kind.split(".")[1])))), dst_node_id=1, message_type=kind)
+    out = {"rows": decode(from_record(client_app(ask, ctx).content)).config["n_rows"]}
+print(json.dumps({**out, "torch": "torch" in sys.modules}))
 """
 
 
@@ -294,21 +300,27 @@ def test_a_message_that_needs_only_the_routes_does_not_import_the_family(parts, 
     import subprocess
     import sys
 
-    _, folder = parts
+    part, folder = parts
     config = {"client-id": "client-0", "data": str(folder / "client-0.csv"), "schema": str(folder / "manifest.json"),
               "workdir": str(tmp_path / "node")}
 
-    def hello(family: str) -> dict:
-        done = subprocess.run([sys.executable, "-c", HELLO_PROCESS, json.dumps(config), family], capture_output=True,
-                              text=True, timeout=120, check=True)
+    def message(family: str, kind: str = "hello") -> dict:
+        done = subprocess.run([sys.executable, "-c", HELLO_PROCESS, json.dumps(config), family, kind],
+                              capture_output=True, text=True, timeout=120, check=True)
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    assert hello("fedpc") == {"client": "client-0", "torch": True}
-    kept = json.loads((tmp_path / "node" / "run-7" / "routes.json").read_text())
-    assert kept["handlers"] == "fedpc" and kept["routes"]["fit"] == "train" and kept["routes"]["em"] == "train"
-    assert hello("fedpc") == {"client": "client-0", "torch": False}
-    assert hello("moments")["torch"] is False  # (moments needs no torch: its routes replace fedpc's)
-    assert json.loads((tmp_path / "node" / "run-7" / "routes.json").read_text())["handlers"] == "moments"
+    kept = tmp_path / "node" / "run-7" / "routes.json"
+    assert message("fedpc") == {"client": "client-0", "torch": True}
+    routes = json.loads(kept.read_text())
+    assert routes["handlers"] == "fedpc" and routes["routes"]["fit"] == "train" and routes["routes"]["em"] == "train"
+    assert message("fedpc") == {"client": "client-0", "torch": False}
+    assert message("fedpc", "query.describe") == {"rows": len(part["client-0"].train), "torch": True}
+    assert message("moments")["torch"] is False  # (moments needs no torch: its routes replace fedpc's)
+    assert json.loads(kept.read_text())["handlers"] == "moments"
+    kept.write_text('{"handlers": "moments", "routes": {"describe": "evaluate"}}')  # not a kind: not taken
+    assert message("moments", "query.describe")["rows"] == len(part["client-0"].train)
+    kept.write_text("{")  # unreadable: the family is imported again
+    assert message("fedpc") == {"client": "client-0", "torch": True}
 
 
 def test_supernodes_that_never_connect_are_named(monkeypatch):

@@ -294,11 +294,12 @@ class Categorical(LeafType):
     @classmethod
     def group_stats(cls, x, w, params):
         v, w = observed(x, w)  # (L, rows) each
-        cards = np.array([len(p["probs"]) for p in params])
-        k = int(cards.max())
+        cards = np.array([len(p["probs"]) for p in params], dtype=np.int64)
+        k = int(cards.max(initial=0))
         state = (v >= 0) & (v < cards[:, None]) & (v == np.round(v))  # (other values count in no state)
         cell = np.arange(len(v))[:, None] * k + np.where(state, v, 0).astype(np.int64)  # leaf, state -> one index
-        return np.bincount(cell[state], weights=w[state], minlength=len(v) * k).reshape(len(v), k)
+        counts = np.bincount(cell[state], weights=w[state], minlength=len(v) * k)
+        return counts.astype(np.float64, copy=False).reshape(len(v), k)
 
     @staticmethod
     def from_stats(stats, params, min_std=MIN_STD, alpha=ALPHA):

@@ -74,7 +74,7 @@ from fedpgm.federation.base import (DEFAULT_TIMEOUT_S, ClientFailure, Federation
                                     Payload)
 from fedpgm.federation.codec import CodecError, Message, decode, encode  # noqa: E402
 from fedpgm.federation import spending  # noqa: E402
-from fedpgm.federation.handlers import DP_HISTORY, ClientContext, HandlerSet, load_state, save_state  # noqa: E402
+from fedpgm.federation.handlers import DP_HISTORY, KINDS, ClientContext, HandlerSet, load_state, save_state  # noqa: E402
 from fedpgm.federation.runtime import load_handlers  # noqa: E402
 from fedpgm.federation.identity import Identity  # noqa: E402
 from fedpgm.federation.inprocess import OK, serve_one  # noqa: E402
@@ -410,9 +410,13 @@ def family_routes(context: Context, family: str) -> dict[str, str]:
     nc = node_config(context)
     path = Path(str(nc["workdir"])) / f"run-{context.run_id}" / ROUTES_FILE if "workdir" in nc else None
     if path is not None and path.is_file():
-        kept = json.loads(path.read_text())
-        if kept.get("handlers") == family:
-            return dict(kept["routes"])
+        try:
+            kept = json.loads(path.read_text())
+            routes = {str(name): str(kind) for name, kind in kept["routes"].items()}
+            if kept["handlers"] == family and set(routes.values()) <= set(KINDS):
+                return routes
+        except (ValueError, KeyError, TypeError, AttributeError):  # (unreadable: import the family again)
+            pass
     routes = load_handlers(handlers_path(family)).routes()
     if path is not None:
         write_json_atomic(path, {"handlers": family, "routes": routes})

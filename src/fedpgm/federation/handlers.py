@@ -58,6 +58,7 @@ JSON_TYPES = (str, int, float, bool, list, dict, type(None))
 ALIGNED = "align/rows"  # state: (rows,) int64 positions of the aligned training rows
 REQUESTS = "policy/requests"  # state: requests this client has answered in this run
 DP_HISTORY = "dp_history"  # state: the DP accountant's steps of this run (fedpgm.concepts.privacy)
+KINDS = ("query", "train")  # the kinds of message a handler answers (Flower's message categories)
 
 
 @dataclass
@@ -138,7 +139,7 @@ class HandlerSet:
         """Register the decorated handler for messages ``name`` whose requests ``contract`` bounds."""
         if not isinstance(contract, Contract):
             raise ValueError(f"handler '{name}' needs a Contract declaring what a server may send it")
-        if kind not in ("query", "train"):
+        if kind not in KINDS:
             raise ValueError(f"handler kind must be 'query' or 'train', got {kind!r}")
         if not name.isidentifier():
             raise ValueError(f"handler name {name!r} must be a Python identifier")
