@@ -29,7 +29,10 @@ docs: $(STAMP)
 test: $(STAMP) docs
 	$(BIN)/ruff check src
 	$(BIN)/mypy src
-	$(BIN)/python -m pytest
+	# two workers, a test file at a time on each (its module fixtures once); the tests that time
+	# themselves (deadlines, budgets) after them, alone, so that no other test shares their CPU
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not timing"
+	$(BIN)/python -m pytest -m timing
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

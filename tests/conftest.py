@@ -89,20 +89,3 @@ def write_mnist_fixture():
     """``write_mnist(folder, n_train=30, n_test=10, shape=(4, 5), zipped=True, seed=0)``: a folder
     of random MNIST-format images and labels; returns {part: (images, labels)}."""
     return write_mnist
-
-
-# Tests that start Flower deployments (SuperLink, SuperNodes, the Simulation Runtime) spend most
-# of their time waiting on Flower's fixed polling intervals; with pytest-xdist (``pytest -n 2
-# --dist loadgroup``) they run one after another on one worker, so that their ports never race,
-# while the other worker takes the rest of the suite, a file at a time (its module fixtures once).
-# Not the default: on 2 cores the timing tests (budgets, deadlines) then share the CPU, and one of
-# them failed in one of three runs.
-DEPLOYMENT_FILES = {"test_flower.py", "test_tls.py", "test_faults.py", "test_outsider.py", "test_fedpc_flower.py",
-                    "test_concepts_flower.py", "test_ngm_flower.py", "test_secure_sum_hostile.py"}
-DEPLOYMENT_WORDS = ("flower", "simulation", "both_backends", "supernode", "superlink", "deployment")
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        deployment = item.path.name in DEPLOYMENT_FILES or any(w in item.name.lower() for w in DEPLOYMENT_WORDS)
-        item.add_marker(pytest.mark.xdist_group("deployments" if deployment else str(item.path)))

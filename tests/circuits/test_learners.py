@@ -258,6 +258,7 @@ def test_by_label_makes_the_root_a_mixture_over_the_classes():
     assert (model.predict(ds.test) == truth).mean() > 0.92
 
 
+@pytest.mark.timing
 def test_a_whole_batch_em_pass_stops_at_its_deadline_between_chunks_and_changes_nothing(mixed, monkeypatch):
     """Each of the E-step's 8 chunks takes 0.3 s more: a pass that would end 2.4 s in stops before
     a chunk that would cross a 1 s deadline, leaves the circuit as it was and is not in the history."""

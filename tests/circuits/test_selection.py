@@ -219,6 +219,7 @@ def test_a_mixture_with_bad_components_is_refused_in_one_line(mixed):
         LearnSPNMixture(components=[{"min_instances_slice": 50, "bogus": 1}], weights=[1.0]).fit(train, ds.schema)
 
 
+@pytest.mark.timing
 def test_a_tiny_budget_on_a_wide_table_holds_with_the_final_fit_on_every_row():
     """120 binary columns, a 5 s budget: every fit stops splitting at its deadline, the leader's
     fit on every row is left unsplit where it is predicted to end past the budget, and stages
@@ -263,6 +264,7 @@ def test_passes_that_never_beat_the_fit_are_undone(mixed, monkeypatch):
     assert model.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-9)
 
 
+@pytest.mark.timing
 def test_an_em_pass_far_slower_than_the_last_stops_at_the_budget(mixed, monkeypatch):
     """From the third mini-batch on, each takes 1 s more (as a pass measured at 14.5 s after one of
     0.6 s did): the pass running at the deadline stops there, its model goes back to its best

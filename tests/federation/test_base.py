@@ -60,6 +60,7 @@ def test_an_unavailable_client_is_asked_once_more_after_waiting_for_it():
     assert gone.clients == ["a"]  # lost for the rest of the run
 
 
+@pytest.mark.timing
 def test_flower_waits_for_a_node_to_be_online_again_before_the_retry():
     import time
 

@@ -153,6 +153,7 @@ def wine():
     return partition(load_dataset("wine", seed=0), "horizontal", 3, seed=0)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_killed_client_is_named_within_seconds(wine, sig):
     with InProcessFederation(wine, DIAG, timeout=60) as fed:
@@ -170,6 +171,7 @@ def test_a_killed_client_is_named_within_seconds(wine, sig):
     print(f"fault: client {signal.Signals(sig).name} mid-exchange (in-process): named after {took - 1:.2f} s")
 
 
+@pytest.mark.timing
 def test_a_paused_client_times_out_and_a_quorum_goes_on_without_it(wine):
     with InProcessFederation(wine, DIAG, timeout=3) as fed:
         pid = fed.workers["client-2"].process.pid
@@ -188,6 +190,7 @@ def test_a_paused_client_times_out_and_a_quorum_goes_on_without_it(wine):
                Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 10, "the paused worker killed")
 
 
+@pytest.mark.timing
 def test_every_exchange_has_the_federations_deadline(wine):
     with InProcessFederation(wine, DIAG, timeout=2) as fed:
         t0 = time.monotonic()
