@@ -70,3 +70,22 @@ def test_fedpc_on_the_simulation_runtime_gives_the_in_process_model(tmp_path):
     assert remote["backend"] == "simulation"
     assert remote["test_loglik"] == pytest.approx(local["test_loglik"], rel=1e-10)
     assert remote["bytes_up"] == local["bytes_up"]
+
+
+@pytest.mark.slow
+def test_em_refinement_on_flower_nodes_whose_policy_allows_it_gives_the_in_process_model():
+    """Deployed nodes answer EM only where their policy sets ``em`` (``fedpc.client.answers_em``):
+    with it set, the federated passes run on the SuperNodes and refine the circuit exactly as
+    in-process, where the user's own process is the coordinator and answers by default."""
+    from dataclasses import replace
+
+    ds = load_dataset("breast_cancer", seed=0)
+    part = partition(ds, "horizontal", 3, seed=0)
+    allowing = replace(part, clients=[replace(c, policy=replace(c.policy, em=True)) for c in part.clients])
+    settings = dict(seed=0, params={"min_instances_slice": 50}, refine_passes=1)
+    local = FederatedPC(**settings).fit(part)
+    remote = FederatedPC(**settings, backend="flower").fit(allowing)
+    assert local.info_["em"]["passes"] == 1 and remote.info_["em"] == local.info_["em"]  # (the pass was kept)
+    np.testing.assert_allclose(remote.score_samples(ds.test), local.score_samples(ds.test), rtol=1e-10)
+    # the same requests byte for byte (each reply's CPU seconds, a JSON float, may differ in length)
+    assert remote.communication_["bytes_down"] == local.communication_["bytes_down"]
