@@ -4,7 +4,7 @@ variable) to rounding, and finds dependence where there is some."""
 import numpy as np
 from scipy.stats import rankdata
 
-from fedpgm.circuits.rdc import RandomFeatures, average_ranks, rdc_matrix, restrict_order
+from fedpgm.circuits.rdc import RandomFeatures, average_ranks, onehot, onehot_copula, rdc_matrix, restrict_order
 
 
 def reference_features(data, cards, k=10, s=1 / 6, seed=0):
@@ -56,3 +56,21 @@ def test_a_child_slice_ranks_from_its_parents_order_as_from_its_own_sort():
     assert child.shape == (3, keep.sum())
     assert np.all(np.diff(np.take_along_axis(x[:, keep], child, axis=1), axis=1) >= 0)  # sorts the child's rows
     np.testing.assert_array_equal(average_ranks(x[:, keep], child), rankdata(x[:, keep], axis=1))
+
+
+def test_one_hot_columns_are_the_states_a_slice_holds():
+    """A slice of 200 rows of a 3,000-state column: one column per state it holds, in state order
+    (the rest would be columns of zeros), none set by a value that is no state (a NaN's fill);
+    its copula equals the one of all 3,000 one-hot columns with the constant ones left out."""
+    rng = np.random.default_rng(0)
+    col = rng.choice([3.0, 17.0, 2999.0, 1200.0], size=200)
+    col[:5] = 830.4  # (the mean that fills a NaN)
+    hot = onehot(col, 3000)
+    assert hot.shape == (200, 4) and (hot.sum(axis=1) == np.r_[np.zeros(5), np.ones(195)]).all()
+    np.testing.assert_array_equal(hot, col[:, None] == np.array([3.0, 17.0, 1200.0, 2999.0]))
+    every = col[:, None] == np.arange(3000)
+    ones = every.sum(axis=0)
+    every, ones = every[:, (ones > 0) & (ones < 200)], ones[(ones > 0) & (ones < 200)]
+    np.testing.assert_array_equal(onehot_copula(col, 3000), np.where(every, 200 - ones + (ones + 1) / 2,
+                                                                     (200 - ones + 1) / 2) / 200)
+    assert onehot_copula(np.full(10, 4.0), 3000).shape == (10, 1)  # one state: a constant copula

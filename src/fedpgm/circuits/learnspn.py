@@ -37,7 +37,7 @@ from fedpgm.circuits.chow_liu import add_tree, chow_liu
 from fedpgm.circuits.latent_tree import LATENT_STATES, add_latent_tree, floor_cpts
 from fedpgm.circuits.leaves import ALPHA, CONTINUOUS_LEAVES, default_leaf, leaf_type
 from fedpgm.circuits.weighted import floored_values, std_floors
-from fedpgm.circuits.rdc import rdc_matrix, restrict_order
+from fedpgm.circuits.rdc import onehot, rdc_matrix, restrict_order
 from fedpgm.circuits.structure import Circuit
 from fedpgm.data.schema import Feature, Schema
 from fedpgm.errors import FedpgmError
@@ -163,7 +163,7 @@ class LearnSPNBuilder:
         for j, v in enumerate(scope):
             x = data[:, j]
             if self.cards[v] > 2:
-                cols.append((x[:, None] == np.arange(self.cards[v])).astype(float))
+                cols.append(onehot(x, self.cards[v]).astype(float))  # (the states the slice holds)
             else:
                 sd = x.std()
                 cols.append(((x - x.mean()) / (sd if sd > 0 else 1.0))[:, None])

@@ -23,16 +23,26 @@ def filled(data: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(data), means, data)
 
 
+def onehot(col: np.ndarray, cardinality: int) -> np.ndarray:
+    """(n,) codes -> (n, m) bool one-hot columns of the states 0..cardinality-1 that occur in
+    ``col``, in state order (a value that is no state, e.g. a NaN's fill, sets none). The states
+    that do not occur would be columns of zeros: leaving them out keeps a slice of a few hundred
+    rows of a date column (thousands of states) from costing thousands of columns."""
+    present = np.unique(col)
+    present = present[(present == np.floor(present)) & (present >= 0) & (present < cardinality)]
+    return col[:, None] == present[None, :]
+
+
 def onehot_copula(col: np.ndarray, cardinality: int) -> np.ndarray:
     """(n,) codes -> (n, m) copula of the non-constant one-hot columns: the average rank of a
     0/1 column is (n0 + 1) / 2 for its zeros and n0 + (n1 + 1) / 2 for its ones (over n)."""
-    onehot = col[:, None] == np.arange(cardinality)[None, :]
-    ones = onehot.sum(axis=0)
-    onehot, ones = onehot[:, (ones > 0) & (ones < len(col))], ones[(ones > 0) & (ones < len(col))]
-    if not onehot.size:
+    hot = onehot(col, cardinality)
+    ones = hot.sum(axis=0)
+    hot, ones = hot[:, ones < len(col)], ones[ones < len(col)]
+    if not hot.size:
         return np.zeros((len(col), 1))
     zeros = len(col) - ones
-    return np.where(onehot, zeros + (ones + 1) / 2, (zeros + 1) / 2) / len(col)
+    return np.where(hot, zeros + (ones + 1) / 2, (zeros + 1) / 2) / len(col)
 
 
 def average_ranks(x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
