@@ -127,6 +127,7 @@ class Cli:
 
 # -- in-process backend -------------------------------------------------------------------------
 
+@pytest.mark.timing
 def test_sigterm_of_the_cli_stops_its_workers_and_exits_143(tmp_path):
     cli = Cli(SLOW_FIT, tmp_path)
     cli.wait_for_descendants(3)
@@ -138,6 +139,7 @@ def test_sigterm_of_the_cli_stops_its_workers_and_exits_143(tmp_path):
     print(f"fault: SIGTERM to the CLI (in-process): exit 143 after {took:.2f} s")
 
 
+@pytest.mark.timing
 def test_sigkill_of_the_cli_leaves_no_worker_and_no_folder(tmp_path):
     cli = Cli(SLOW_FIT, tmp_path)
     cli.wait_for_descendants(3)

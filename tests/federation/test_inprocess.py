@@ -78,6 +78,7 @@ def test_unknown_message_name_and_unknown_client(cancer_parts):
             fed.send("client-9", "echo")
 
 
+@pytest.mark.timing
 def test_timeout_does_not_hang_and_names_the_client(cancer_parts):
     _, part = cancer_parts
     with InProcessFederation(part, DIAG, mode="processes") as fed:
