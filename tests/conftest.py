@@ -1,5 +1,6 @@
 """Shared fixtures: the real-data folder (tests that need it skip when it is absent), the CLI,
-reports, and image folders written in MNIST's IDX format."""
+reports, and image folders written in MNIST's IDX format; a pytest-xdist worker dies with the
+pytest process that started it."""
 
 import gzip
 import os
@@ -12,6 +13,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from fedpgm.data.registry import default_data_dir  # noqa: E402
+
+
+def pytest_configure(config):
+    """In a pytest-xdist worker (``make test`` runs two): exit as soon as the pytest process that
+    started it is gone, whatever ended it (a killed pytest would leave its workers running the
+    rest of their tests for seconds); the worker's reaper then stops the deployments it started
+    (``fedpgm.federation.lifecycle``)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from fedpgm.federation.lifecycle import watch_parent
+
+        watch_parent()
 
 
 @pytest.fixture(scope="session")
