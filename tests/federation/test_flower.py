@@ -147,17 +147,19 @@ def test_free_ports_lie_below_the_ephemeral_range():
 
 
 @pytest.mark.slow
-def test_supernode_whose_port_was_taken_starts_again_on_another(parts, tmp_path, monkeypatch):
+def test_superlink_and_supernode_whose_port_was_taken_start_again_on_another(parts, tmp_path, monkeypatch):
     _, folder = parts
     with socket.socket() as taken:  # bound, not listening: as an outgoing connection holds a port
         taken.bind(("127.0.0.1", free_port()))
         port = taken.getsockname()[1]
         real = deploy.free_port
-        ports = iter([real(), port])  # the SuperLink's, then the SuperNode's first
+        ports = iter([port, real(), port])  # the SuperLink's first two, then the SuperNode's first
         monkeypatch.setattr(deploy, "free_port", lambda: next(ports, None) or real())
         with LoopbackDeployment(folder, workdir=tmp_path / "dep", clients=["client-0"]) as dep:
             node = dep.nodes["client-0"]
+            assert dep.link_port == dep.port != port and deploy.port_open(dep.link_port)
             assert node.port != port and node.process.poll() is None and deploy.port_open(node.port)
+            assert next(ports, None) is None  # (all three taken: each process was started twice)
             pids = dep.pids
     assert_all_stopped(pids)
 

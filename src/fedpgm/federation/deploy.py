@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation.identity import Identity
@@ -150,17 +151,19 @@ class LoopbackDeployment:
             return start_guarded(args, out, env or self.env, self.workdir)
 
     def start(self, timeout: float = 60.0) -> "LoopbackDeployment":
-        self.port = self.port or free_port()
-        self.link_port = self.port if self.pki is None else free_port()
         security = (["--insecure"] if self.pki is None else
                     ["--ssl-ca-certfile", str(self.pki.ca), "--ssl-certfile", str(self.pki.server_cert),
                      "--ssl-keyfile", str(self.pki.server_key), "--enable-supernode-auth"])
-        self.superlink = self.spawn(
-            [flwr_tool("flower-superlink"), *security, "--host", "127.0.0.1", "--port", str(self.link_port),
-             "--disable-runtime-dependency-installation", *(["--simulation"] if self.simulation else [])],
-            "superlink.log")
-        self.wait_port(self.link_port, self.superlink, "superlink.log", timeout)
-        if self.pki is not None:
+
+        def superlink(port: int) -> list[str]:
+            return [flwr_tool("flower-superlink"), *security, "--host", "127.0.0.1", "--port", str(port),
+                    "--disable-runtime-dependency-installation", *(["--simulation"] if self.simulation else [])]
+
+        # (with a pki the user's port is the gateway's, and the SuperLink's own a free one)
+        self.link_port = self.serve("superlink", superlink, timeout, self.port if self.pki is None else 0)
+        if self.pki is None:
+            self.port = self.link_port
+        else:
             self.start_gateway(self.pki, timeout)
         home = Path(self.env["FLWR_HOME"])
         home.mkdir(parents=True, exist_ok=True)
@@ -179,10 +182,31 @@ class LoopbackDeployment:
 
     def start_gateway(self, pki: Pki, timeout: float) -> None:
         """Sign the app and start the Fleet gateway on ``port``, the one port SuperNodes need."""
-        sign_app(pki.app_key, self.workdir / "signatures")
-        args = pki.gateway_args(f"127.0.0.1:{self.link_port}", self.workdir / "signatures", "127.0.0.1", self.port)
-        self.gateway = self.spawn(args, "gateway.log")
-        self.wait_port(self.port, self.gateway, "gateway.log", timeout)
+        signatures, link = self.workdir / "signatures", f"127.0.0.1:{self.link_port}"
+        sign_app(pki.app_key, signatures)
+        self.port = self.serve("gateway", lambda port: pki.gateway_args(link, signatures, "127.0.0.1", port),
+                               timeout, self.port)
+
+    def serve(self, role: str, args: Callable[[int], list[str]], timeout: float, port: int = 0,
+              attempts: int = 3) -> int:
+        """Start the ``role`` process ("superlink" or "gateway", kept as that attribute, logging to
+        ``role.log``) as ``args(port)`` and wait until it listens on ``port`` (0: a free one); where a
+        free port was taken before the process bound it, start it again on another, up to
+        ``attempts`` times in all. Its port."""
+        log, attempt = f"{role}.log", 1
+        while True:
+            chosen = port or free_port()
+            proc = self.spawn(args(chosen), log)
+            setattr(self, role, proc)  # (``stop`` stops it, whatever happens next)
+            try:
+                self.wait_port(chosen, proc, log, timeout)
+                return chosen
+            except FedpgmError:
+                if port or attempt == attempts or not self.port_taken(log):
+                    raise
+            guard().forget_group(proc.pid)  # (it exited)
+            (self.workdir / log).unlink()
+            attempt += 1
 
     def register(self, client_id: str, public_key: Path | None = None, timeout: float = 60.0) -> None:
         """With node authentication, register the SuperNode's public key at the SuperLink
@@ -265,10 +289,14 @@ class LoopbackDeployment:
             try:
                 return self.wait_port(node.port, node.process, log, timeout)
             except FedpgmError:
-                if "address already in use" not in (self.workdir / log).read_text() or attempt == attempts - 1:
+                if not self.port_taken(log) or attempt == attempts - 1:
                     raise
             (self.workdir / log).unlink()
             self.start_node(client_id, wait=False)
+
+    def port_taken(self, log: str) -> bool:
+        """Whether the process writing ``log`` exited because its port was taken."""
+        return "address already in use" in (self.workdir / log).read_text().lower()
 
     def wait_port(self, port: int, proc: subprocess.Popen, log: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
