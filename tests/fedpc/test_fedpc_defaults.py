@@ -10,7 +10,7 @@ from fedpgm.data import load_dataset, partition
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation import InProcessFederation, PrivacyAudit
 from fedpgm.fedpc import FedPC, defaults, fit_fedpc
-from fedpgm.fedpc.plan import Alternative, TupleModel, aligned, latent_classes, tuple_model
+from fedpgm.fedpc.plan import Alternative, TupleModel, aligned, guarded, latent_classes, tuple_model
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 
@@ -139,10 +139,21 @@ def test_the_products_weight_follows_the_held_out_dependence_of_the_clusters():
     copied = np.stack([a, a], axis=1)
     b = rng.integers(0, 16, 400)
     half = np.stack([b, np.where(rng.random(400) < 0.5, b, rng.integers(0, 16, 400))], axis=1)
-    assert tuple_model(independent, [4, 4]).product >= 0.9
-    assert tuple_model(copied, [4, 4]) == TupleModel(None, 0.0)
+    loose, tied = tuple_model(independent, [4, 4]), tuple_model(copied, [4, 4])
+    assert loose.product >= 0.9 and 0.0 <= loose.gain < 0.01  # (nats per held-out tuple over the product)
+    assert (tied.classes, tied.product) == (None, 0.0) and tied.gain == pytest.approx(np.log(4), abs=0.01)
     assert 0.1 <= tuple_model(half, [16, 16]).product <= 0.6
     assert tuple_model(copied[:3], [4, 4]) == TupleModel(None, 1.0)  # fewer rows than folds
+
+
+def test_the_product_alone_where_held_out_rows_say_the_clusters_lose_more_than_their_tuples_gain():
+    """``plan.guarded``: the tuples' held-out gain plus the clients' held-out gains of their
+    clusters' mixtures over their circuits of all rows; below 0, the plain product alone."""
+    model = TupleModel(4, 0.2, gain=0.38)
+    assert guarded(model, [-1.6, -1.0, -0.9]) == TupleModel(4, 1.0, 0.38)
+    assert guarded(model, [-0.1, 0.2, -0.3]) is model
+    assert guarded(model, [-1.6, None, -0.9]) is model  # (a client with too few rows to hold out)
+    assert "product of the clients alone" in guarded(model, [-1.0]).describe()
 
 
 def test_eight_clients_glued_by_latent_classes_beat_their_observed_tuples():
