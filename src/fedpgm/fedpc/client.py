@@ -11,7 +11,9 @@
   only for server placement. With aligned gluing the reply also carries the set of the client's
   row tokens (hashes of its row ids under a key the parties share and the coordinator does not
   know, ``fedpgm.federation.secret``), so the server can find the rows every clustering party
-  holds; no cluster index.
+  holds; no cluster index. With ``whole`` it carries one number more, ``held_out_gain``: how
+  much better its clusters' mixture scores than its circuit of all rows on held-out rows of its
+  own, in nats per row (``held_out_gain``; ``plan.guarded``).
 - ``cooccurrence`` (aligned gluing): for those shared rows, each row's cluster index times a
   weight plus masks that cancel over the parties, in an order only the parties can derive. The
   server's sum over the parties is the rows' tuples of cluster indices in an order it cannot link

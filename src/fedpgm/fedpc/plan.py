@@ -223,7 +223,7 @@ def tuple_model(tuples: np.ndarray, radix: list[int], folds: int = 5, seed: int 
 
     scores = held_out(None)
     product = scores[-1]  # (weight 1: the product of the marginals alone)
-    best = TupleModel(None, float(PRODUCT_WEIGHTS[np.argmax(scores)]), (scores.max() - product) / n), scores.max()
+    best = TupleModel(None, float(PRODUCT_WEIGHTS[np.argmax(scores)]), float(scores.max() - product) / n), scores.max()
     last = -np.inf
     for classes in CLASSES:
         scores = held_out(classes)
@@ -231,7 +231,7 @@ def tuple_model(tuples: np.ndarray, radix: list[int], folds: int = 5, seed: int 
             break
         last = scores.max()
         if last > best[1]:
-            best = TupleModel(classes, float(PRODUCT_WEIGHTS[np.argmax(scores)]), (last - product) / n), last
+            best = TupleModel(classes, float(PRODUCT_WEIGHTS[np.argmax(scores)]), float(last - product) / n), last
     return best[0]
 
 

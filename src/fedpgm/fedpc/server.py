@@ -259,8 +259,10 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
                                "described": model.describe(), "held_out_gain": model.gain,
                                "clients_held_out_gain": gains}
         info["shared_with_server"] = ("counts of the cluster-index tuples of the rows the parties share (a sum of "
-                                      "masked indices in an order only the parties know) and each party's row "
-                                      "tokens (hashes of its ids under a key only the parties share)")
+                                      "masked indices in an order only the parties know), each party's row "
+                                      "tokens (hashes of its ids under a key only the parties share) and one "
+                                      "number per party: its clusters' mean log-likelihood gain on held-out "
+                                      "rows of its own")
     if circuit is not None:
         info.update(circuit.stats())
     if dense:
