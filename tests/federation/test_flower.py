@@ -13,7 +13,8 @@ from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
 from fedpgm.federation import deploy
-from fedpgm.federation.deploy import LoopbackDeployment, ephemeral_low, free_port, group_alive
+from fedpgm.federation.deploy import LoopbackDeployment, group_alive
+from fedpgm.federation.ports import free_port, port_open
 from fedpgm.federation.flower import result_from_log
 from fedpgm.federation.reference import federated_moments
 
@@ -140,12 +141,6 @@ def test_port_in_use_and_unknown_client(parts):
         LoopbackDeployment(os.path.dirname(folder))
 
 
-def test_free_ports_lie_below_the_ephemeral_range():
-    low = ephemeral_low()
-    ports = [free_port() for _ in range(20)]
-    assert all(1024 <= p < low for p in ports)
-
-
 @pytest.mark.slow
 def test_superlink_and_supernode_whose_port_was_taken_start_again_on_another(parts, tmp_path, monkeypatch):
     _, folder = parts
@@ -157,8 +152,8 @@ def test_superlink_and_supernode_whose_port_was_taken_start_again_on_another(par
         monkeypatch.setattr(deploy, "free_port", lambda: next(ports, None) or real())
         with LoopbackDeployment(folder, workdir=tmp_path / "dep", clients=["client-0"]) as dep:
             node = dep.nodes["client-0"]
-            assert dep.link_port == dep.port != port and deploy.port_open(dep.link_port)
-            assert node.port != port and node.process.poll() is None and deploy.port_open(node.port)
+            assert dep.link_port == dep.port != port and port_open(dep.link_port)
+            assert node.port != port and node.process.poll() is None and port_open(node.port)
             assert next(ports, None) is None  # (all three taken: each process was started twice)
             pids = dep.pids
     assert_all_stopped(pids)

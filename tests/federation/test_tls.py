@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fedpgm.data import load_dataset, partition
-from fedpgm.federation.deploy import LoopbackDeployment, flwr_tool, free_port, kill_group
+from fedpgm.federation.deploy import LoopbackDeployment, flwr_tool, kill_group
+from fedpgm.federation.ports import free_port
 from fedpgm.federation.pki import write_node_keys, write_pki
 from fedpgm.fedpc.experiment import HANDLERS, FitSettings, run_fedpc
 

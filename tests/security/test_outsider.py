@@ -17,7 +17,8 @@ from flwr.common.constant import ErrorCode
 from fedpgm.data import load_dataset, partition
 from fedpgm.errors import FedpgmError
 from fedpgm.federation import InProcessFederation
-from fedpgm.federation.deploy import LoopbackDeployment, Run, flwr_tool, free_port, kill_group, start_guarded
+from fedpgm.federation.deploy import LoopbackDeployment, Run, flwr_tool, kill_group, start_guarded
+from fedpgm.federation.ports import free_port
 from fedpgm.federation.lifecycle import guard
 from fedpgm.federation.pki import fingerprint, sign_app, write_node_keys, write_pki, write_signing_key
 from fedpgm.federation.reference import federated_moments

@@ -23,11 +23,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,42 +41,12 @@ from fedpgm.errors import FedpgmError
 from fedpgm.federation.apps import HANDLERS, PROCEDURES, app_dir, name_of
 from fedpgm.federation.lifecycle import guard
 from fedpgm.federation.pki import Pki, sign_app
+from fedpgm.federation.ports import free_port, port_open
 from fedpgm.federation.reaper import alive as group_alive
 
 EXIT_GRACE_S = 5.0
 STREAM_GRACE_S = 15.0  # after the result file: how long `flwr run` may take to stream the result line
 ENV = {"FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1"}
-
-
-def ephemeral_low() -> int:
-    """The lowest port the kernel hands to outgoing connections (Linux; 32768 elsewhere)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 now, chosen below the ephemeral range: a port the kernel would
-    pick itself (bind to 0) may be taken by some outgoing connection before the child process
-    that is told to listen there binds it."""
-    low = ephemeral_low()
-    rng = random.SystemRandom()
-    for _ in range(100):
-        port = rng.randrange(max(1024, low - 16384), low)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise FedpgmError(f"no free port found on 127.0.0.1 below {low}; free some or pass port=")
-
-
-def port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def flwr_tool(name: str) -> str:
