@@ -169,8 +169,8 @@ class LoopbackDeployment:
             try:
                 self.wait_port(chosen, proc, log, timeout)
                 return chosen
-            except FedpgmError:
-                if port or attempt == attempts or not self.port_taken(log):
+            except FedpgmError:  # (a process still running timed out: ``stop`` stops it)
+                if port or attempt == attempts or proc.poll() is None or not self.port_taken(log):
                     raise
             guard().forget_group(proc.pid)  # (it exited)
             (self.workdir / log).unlink()
