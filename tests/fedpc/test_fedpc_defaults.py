@@ -214,3 +214,43 @@ def test_aligned_gluing_keeps_the_product_alone_where_the_clients_clusters_overf
     assert tuples["held_out_gain"] == pytest.approx(asked[0].gain) and 0.0 <= asked[0].gain < 0.05
     assert tuples["product_weight"] == 1.0 and auto.plan.products == [[32, 32]]
     np.testing.assert_allclose(auto.log_likelihood(ds.test), product.log_likelihood(ds.test), rtol=1e-12)
+
+
+def test_a_clients_held_out_gain_leaves_every_cluster_its_floor(tmp_path):
+    """Breast cancer, vertical x2, client-0's 32 clusters merged up to its ``min_rows``: a tenth
+    of each cluster is held out only where the cluster keeps its floor, so no circuit learned on
+    the rest falls back to its floors (a draw over all rows had left two of ten clusters below
+    25 rows: a gain of -3.6 nats per row); one cluster gains 0; too few rows to hold out: None."""
+    from fedpgm.federation.handlers import ClientContext
+    from fedpgm.fedpc.client import clusters_of, held_out_gain, merge_small
+
+    data = partition(load_dataset("breast_cancer", seed=0), "vertical", 2, seed=0).clients[0]
+    names = data.schema.names
+    gains = {}
+    for floor in (10, 25, 50):
+        data.policy = ClientPolicy(min_rows=floor)
+        ctx = ClientContext(data.client_id, data, tmp_path / str(floor))
+        labels = merge_small(ctx, names, clusters_of(ctx, names, 32, 0), False)
+        gains[floor] = held_out_gain(ctx, names, labels, "learnspn", {"min_instances_slice": None,
+                                                                      "min_leaf_rows": floor})
+        if floor == 50:
+            assert held_out_gain(ctx, names, np.zeros(len(labels), int), "learnspn", {}) == 0.0
+    assert -1.0 < gains[10] < 1.0 and -1.0 < gains[25] < 1.0 and gains[50] is None
+    assert gains[10] == round(gains[10], 2)
+
+
+def test_a_coordinator_gets_the_held_out_gain_once_per_run_with_the_memberships(tmp_path):
+    """The gain is computed on the one fit per run that sends cluster memberships; a fit request
+    that asks for it without them gets none (so it cannot be asked for again with other columns,
+    clusters or settings)."""
+    from fedpgm.federation.codec import Message
+    from fedpgm.federation.handlers import ClientContext
+    from fedpgm.fedpc.client import fit
+
+    data = partition(load_dataset("breast_cancer", seed=0), "vertical", 2, seed=0).clients[0]
+    config = {"shared": [], "own": data.schema.names[:4], "clusters": 8, "learner": "learnspn", "send": True,
+              "params": {"min_instances_slice": None}, "memberships": False, "whole": True, "held_out": True}
+    for clusters in (8, 4, 2):
+        reply = fit(Message("fit", config={**config, "clusters": clusters}),
+                    ClientContext(data.client_id, data, tmp_path / str(clusters)))
+        assert "held_out_gain" not in reply.config and len(reply.config["circuits"]) == clusters + 1

@@ -257,8 +257,9 @@ class LoopbackDeployment:
             try:
                 return self.wait_port(node.port, node.process, log, timeout)
             except FedpgmError:
-                if not self.port_taken(log) or attempt == attempts - 1:
+                if not self.port_taken(log) or attempt == attempts - 1 or node.process.poll() is None:
                     raise
+            guard().forget_group(node.process.pid)  # (it exited)
             (self.workdir / log).unlink()
             self.start_node(client_id, wait=False)
 

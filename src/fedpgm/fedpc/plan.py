@@ -247,7 +247,7 @@ def guarded(model: TupleModel, client_gains: list[float | None]) -> TupleModel:
     Why: the tuple model is chosen on held-out tuples, which know each row's clusters; the
     clusters' circuits, each learned on a thirty-second of the rows, are not scored there
     (modeldata/attrition vertical x3 of docs/real_tables.md: tuples' gain 0.38 nats per row,
-    the clients' -1.62, -1.02, -0.94, and the glued model 0.65 nats below the product)."""
+    the clients' -1.35, -1.11, -1.31, and the glued model 0.65 nats below the product)."""
     known = [g for g in client_gains if g is not None]
     if len(known) < len(client_gains) or model.gain + sum(known) >= 0:
         return model
