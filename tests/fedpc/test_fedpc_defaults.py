@@ -2,7 +2,6 @@
 rows, and a default gluing never below the plain product of the client circuits."""
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from fedpgm.circuits.estimator import LearnSPN
@@ -11,7 +10,7 @@ from fedpgm.data import load_dataset, partition
 from fedpgm.data.policy import ClientPolicy
 from fedpgm.federation import InProcessFederation, PrivacyAudit
 from fedpgm.fedpc import FedPC, defaults, fit_fedpc
-from fedpgm.fedpc.plan import Alternative, TupleModel, aligned, guarded, latent_classes, tuple_model
+from fedpgm.fedpc.plan import Alternative, TupleModel, aligned, latent_classes, tuple_model
 
 HANDLERS = "fedpgm.fedpc.client:HANDLERS"
 
@@ -140,21 +139,10 @@ def test_the_products_weight_follows_the_held_out_dependence_of_the_clusters():
     copied = np.stack([a, a], axis=1)
     b = rng.integers(0, 16, 400)
     half = np.stack([b, np.where(rng.random(400) < 0.5, b, rng.integers(0, 16, 400))], axis=1)
-    loose, tied = tuple_model(independent, [4, 4]), tuple_model(copied, [4, 4])
-    assert loose.product >= 0.9 and 0.0 <= loose.gain < 0.01  # (nats per held-out tuple over the product)
-    assert (tied.classes, tied.product) == (None, 0.0) and tied.gain == pytest.approx(np.log(4), abs=0.01)
+    assert tuple_model(independent, [4, 4]).product >= 0.9
+    assert tuple_model(copied, [4, 4]) == TupleModel(None, 0.0)
     assert 0.1 <= tuple_model(half, [16, 16]).product <= 0.6
     assert tuple_model(copied[:3], [4, 4]) == TupleModel(None, 1.0)  # fewer rows than folds
-
-
-def test_the_product_alone_where_held_out_rows_say_the_clusters_lose_more_than_their_tuples_gain():
-    """``plan.guarded``: the tuples' held-out gain plus the clients' held-out gains of their
-    clusters' mixtures over their circuits of all rows; below 0, the plain product alone."""
-    model = TupleModel(4, 0.2, gain=0.38)
-    assert guarded(model, [-1.6, -1.0, -0.9]) == TupleModel(4, 1.0, 0.38)
-    assert guarded(model, [-0.1, 0.2, -0.3]) is model
-    assert guarded(model, [-1.6, None, -0.9]) is model  # (a client with too few rows to hold out)
-    assert "product of the clients alone" in guarded(model, [-1.0]).describe()
 
 
 def test_eight_clients_glued_by_latent_classes_beat_their_observed_tuples():
@@ -168,89 +156,3 @@ def test_eight_clients_glued_by_latent_classes_beat_their_observed_tuples():
     assert auto.info["tuple_model"]["classes"] in (8, 16, 32) and auto.info["tuple_model"]["product_weight"] >= 0.1
     assert counts.info["tuple_model"]["classes"] is None
     assert auto.score(ds.test) > counts.score(ds.test) + 2.5 and auto.score(ds.test) > product.score(ds.test) + 3
-
-
-
-def weakly_tied_categories(rows: int, columns: int, states: int, tie: float, seed: int = 0):
-    """``columns`` categorical columns of ``states`` states, each uniform but for a share ``tie``
-    of its values drawn from the half of its states a hidden coin picks (the same coin for every
-    column of a row), 80/20 train/test: a dependence across columns too weak for 32 clusters of a
-    few rows each to carry."""
-    from fedpgm.data.dataset import Dataset
-    from fedpgm.data.schema import Feature, Schema
-
-    rng = np.random.default_rng(seed)
-    coin = rng.integers(0, 2, rows)
-    x = rng.integers(0, states, (rows, columns))
-    tied = rng.random((rows, columns)) < tie
-    x = np.where(tied, coin[:, None] * (states // 2) + rng.integers(0, states // 2, (rows, columns)), x)
-    schema = Schema(tuple(Feature(f"c{j}", "categorical", tuple(map(str, range(states)))) for j in range(columns)))
-    frame = pd.DataFrame(x.astype(float), columns=schema.names)
-    frame.index.name = "row_id"
-    cut = int(0.8 * rows)
-    return Dataset("weakly tied", schema, frame.iloc[:cut], frame.iloc[cut:])
-
-
-def test_aligned_gluing_keeps_the_product_alone_where_the_clients_clusters_overfit(monkeypatch):
-    """12 weakly tied columns of 10 states, 750 rows, vertical x2. The tuples' model alone (chosen
-    on held-out tuples) glues 2 latent classes beside the product at 0.75 and scores below the
-    plain product of the clients; each client's 32 clusters of about 19 rows score below its
-    circuit of all rows on its held-out rows by more than the tuples gain, so the server keeps
-    the product alone: the model of random gluing with one cluster, to the last digit."""
-    from fedpgm.fedpc import server
-
-    ds = weakly_tied_categories(750, 12, 10, 0.3)
-    part = partition(ds, "vertical", 2, seed=0)
-    product = run(part, glue_how="random")
-    asked = []
-    monkeypatch.setattr(server, "guarded", lambda model, gains: asked.append(model) or model)
-    unguarded = run(part)
-    assert asked[0].product < 1.0 and unguarded.score(ds.test) < product.score(ds.test) - 0.05
-    monkeypatch.undo()
-    auto = run(part)
-    tuples = auto.info["tuple_model"]
-    gains = tuples["clients_held_out_gain"]
-    assert sorted(gains) == ["client-0", "client-1"] and all(g < -0.3 for g in gains.values())
-    assert tuples["held_out_gain"] == pytest.approx(asked[0].gain) and 0.0 <= asked[0].gain < 0.05
-    assert tuples["product_weight"] == 1.0 and auto.plan.products == [[32, 32]]
-    np.testing.assert_allclose(auto.log_likelihood(ds.test), product.log_likelihood(ds.test), rtol=1e-12)
-
-
-def test_a_clients_held_out_gain_leaves_every_cluster_its_floor(tmp_path):
-    """Breast cancer, vertical x2, client-0's 32 clusters merged up to its ``min_rows``: a tenth
-    of each cluster is held out only where the cluster keeps its floor, so no circuit learned on
-    the rest falls back to its floors (a draw over all rows had left two of ten clusters below
-    25 rows: a gain of -3.6 nats per row); one cluster gains 0; too few rows to hold out: None."""
-    from fedpgm.federation.handlers import ClientContext
-    from fedpgm.fedpc.client import clusters_of, held_out_gain, merge_small
-
-    data = partition(load_dataset("breast_cancer", seed=0), "vertical", 2, seed=0).clients[0]
-    names = data.schema.names
-    gains = {}
-    for floor in (10, 25, 50):
-        data.policy = ClientPolicy(min_rows=floor)
-        ctx = ClientContext(data.client_id, data, tmp_path / str(floor))
-        labels = merge_small(ctx, names, clusters_of(ctx, names, 32, 0), False)
-        gains[floor] = held_out_gain(ctx, names, labels, "learnspn", {"min_instances_slice": None,
-                                                                      "min_leaf_rows": floor})
-        if floor == 50:
-            assert held_out_gain(ctx, names, np.zeros(len(labels), int), "learnspn", {}) == 0.0
-    assert -1.0 < gains[10] < 1.0 and -1.0 < gains[25] < 1.0 and gains[50] is None
-    assert gains[10] == round(gains[10], 2)
-
-
-def test_a_coordinator_gets_the_held_out_gain_once_per_run_with_the_memberships(tmp_path):
-    """The gain is computed on the one fit per run that sends cluster memberships; a fit request
-    that asks for it without them gets none (so it cannot be asked for again with other columns,
-    clusters or settings)."""
-    from fedpgm.federation.codec import Message
-    from fedpgm.federation.handlers import ClientContext
-    from fedpgm.fedpc.client import fit
-
-    data = partition(load_dataset("breast_cancer", seed=0), "vertical", 2, seed=0).clients[0]
-    config = {"shared": [], "own": data.schema.names[:4], "clusters": 8, "learner": "learnspn", "send": True,
-              "params": {"min_instances_slice": None}, "memberships": False, "whole": True, "held_out": True}
-    for clusters in (8, 4, 2):
-        reply = fit(Message("fit", config={**config, "clusters": clusters}),
-                    ClientContext(data.client_id, data, tmp_path / str(clusters)))
-        assert "held_out_gain" not in reply.config and len(reply.config["circuits"]) == clusters + 1

@@ -65,8 +65,7 @@ def fit(
     smoothing: Annotated[Optional[float], typer.Option(
         help="aligned gluing: pseudo-rows per observed tuple of cluster indices, pulling their co-occurrence "
              "toward the plain product of the client circuits (0: the counts alone; auto: the product's "
-             "weight chosen on held-out tuples, the product alone where the clients' held-out rows say "
-             "their clusters lose)", show_default="auto", min=0.0)] = None,
+             "weight chosen on held-out tuples)", show_default="auto", min=0.0)] = None,
     refine_passes: Annotated[Optional[int], typer.Option(
         help="horizontal: at most this many passes of federated EM over every client's rows after the one "
              "pass, kept while each client's held-out rows score better (0: the paper's one pass)",

@@ -11,9 +11,7 @@
   only for server placement. With aligned gluing the reply also carries the set of the client's
   row tokens (hashes of its row ids under a key the parties share and the coordinator does not
   know, ``fedpgm.federation.secret``), so the server can find the rows every clustering party
-  holds; no cluster index. With ``held_out`` (on that fit only) it carries one number more,
-  ``held_out_gain``: how much better its clusters' mixture scores than its circuit of all rows
-  on held-out rows of its own, in nats per row (``held_out_gain``; ``plan.guarded``).
+  holds; no cluster index.
 - ``cooccurrence`` (aligned gluing): for those shared rows, each row's cluster index times a
   weight plus masks that cancel over the parties, in an order only the parties can derive. The
   server's sum over the parties is the rows' tuples of cluster indices in an order it cannot link
@@ -45,7 +43,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from scipy.special import logsumexp
 from sklearn.cluster import KMeans
 
 from fedpgm.circuits import learnspn
@@ -119,15 +116,13 @@ PARAMS = Fields({
 })
 FIT = Contract({"shared": ListOf(Columns(), 64), "own": Columns(), "learner": Choice(*LEARNERS),
                 "clusters": Int(1, 256), "params": PARAMS, "send": Flag(), "memberships": Flag(),
-                "whole": Flag(), "held_out": Flag()},
+                "whole": Flag()},
                required=("shared", "own", "learner", "clusters", "params", "send"))
 # EM statistics for a circuit the server assembled: the client trains nothing, but what it sends
 # is a function of a model the server chose (``sent_model``: refused where the policy wants DP)
 EM = Contract({"circuit": Doc(1 << 24)}, required=("circuit",), arrays={"circuit/*": Array("f", 1 << 26)},
               sent_model=True)
 EM_HOLDOUT = 0.1  # of the client's rows, held out of EM's statistics to score each pass
-GAIN_HOLDOUT = 0.1  # of each cluster's rows, held out to score the cluster circuits (``held_out_gain``)
-GAIN_CLIP = 10.0  # nats: the most one held-out row's difference counts (``held_out_gain``)
 EM_REQUESTS = 11  # answered per run: the one-pass circuit and at most 10 passes (one bit each)
 EM_SCORE, EM_COUNT = "fedpc_em_score", "fedpc_em_requests"
 LOGLIK = Contract({"columns": Columns()}, required=("columns",),
@@ -276,7 +271,7 @@ def fit(request: Message, ctx: ClientContext) -> Message:
             entry["doc"] = doc
         entries.append(entry)
 
-    everything, gain = np.arange(len(ctx.data.train)), None
+    everything = np.arange(len(ctx.data.train))
     for i, names in enumerate(cfg["shared"]):
         add(f"shared{i}", learn(ctx, names, everything, learner, params), len(everything))
     if cfg["own"]:
@@ -285,67 +280,20 @@ def fit(request: Message, ctx: ClientContext) -> Message:
         labels = clusters_of(ctx, cfg["own"], k, int(params.get("seed", 0)), by_label=by_label)
         labels = merge_small(ctx, cfg["own"], labels, by_label)
         k = int(labels.max()) + 1
-        for c, circuit in enumerate(cluster_circuits(ctx, cfg["own"], labels, everything, learner, params)):
-            add(f"cluster{c}", circuit, int((labels == c).sum()))
+        for c in range(k):
+            rows = np.flatnonzero(labels == c)
+            if len(rows) == 0:
+                raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
+            add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
         if cfg.get("whole") and k > 1:  # (aligned gluing's product of the clients: ``plan.glue``)
             add("whole", learn(ctx, cfg["own"], everything, learner, params), len(everything))
-        if cfg.get("held_out") and cfg.get("memberships"):  # (once per run, as the memberships)
-            gain = held_out_gain(ctx, cfg["own"], labels, learner, params)
         if cfg.get("memberships"):  # keyed by a hash only the parties can make (fedpgm.federation.secret)
             tokens = row_tokens(ctx, ctx.data.train.index)
             order = np.argsort(tokens)  # (in token order: a row's place says nothing of its id)
             ctx.state[TOKENS], ctx.state[LABELS] = tokens[order], labels[order].astype(np.uint64)
             arrays["memberships/ids"] = tokens[order]
     ctx.state["fedpc_keys"] = [e["key"] for e in entries]
-    reply = {"circuits": entries, "seconds": time.process_time() - start}
-    if gain is not None:
-        reply["held_out_gain"] = gain
-    return Message("fit", arrays, reply)
-
-
-def cluster_circuits(ctx: ClientContext, names: list[str], labels: np.ndarray, rows: np.ndarray, learner: str,
-                     params: dict) -> list:
-    """One circuit of ``names`` per cluster of ``labels`` (rows,), each on its cluster's share of
-    ``rows`` (row indices)."""
-    out = []
-    for c in range(int(labels.max()) + 1):
-        part = rows[labels[rows] == c]
-        if len(part) == 0:
-            raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
-        out.append(learn(ctx, names, part, learner, params))
-    return out
-
-
-def held_out_gain(ctx: ClientContext, names: list[str], labels: np.ndarray, learner: str,
-                  params: dict) -> float | None:
-    """Nats per row by which the mixture of the client's cluster circuits (weighted by the clusters'
-    sizes) beats its circuit of all rows on held-out rows: ``GAIN_HOLDOUT`` of each cluster's rows
-    held out (drawn by the client, a fixed seed; never so many that a cluster keeps fewer than
-    the policy's ``min_rows``, so no circuit learned without them falls back to its floors), both
-    learned again on the rest, then scored on those. Each row's difference is clipped to
-    +-``GAIN_CLIP`` and the mean rounded to 0.01, so no one row moves it far. 0 for one cluster
-    (its mixture is the circuit of all rows); None where fewer than ``min_rows`` rows can be held
-    out. The server weighs it against the clusters' dependence across clients (``plan.guarded``);
-    the circuits sent are those of all rows."""
-    sizes = np.bincount(labels)
-    if len(sizes) == 1:
-        return 0.0
-    floor, rng = ctx.policy.min_rows, np.random.default_rng(0)
-    held = np.zeros(len(labels), dtype=bool)
-    for c, size in enumerate(sizes):
-        take = min(int(round(GAIN_HOLDOUT * size)), int(size) - floor)
-        if take > 0:
-            held[rng.choice(np.flatnonzero(labels == c), take, replace=False)] = True
-    if held.sum() < floor:
-        return None
-    kept = np.flatnonzero(~held)
-    X = ctx.data.train[names].to_numpy(dtype=float)[held]
-    per_cluster = np.stack([log_likelihood_of(circuit, names, X) for circuit in
-                            cluster_circuits(ctx, names, labels, kept, learner, params)], axis=1)
-    mixture = logsumexp(per_cluster + np.log(sizes / sizes.sum()), axis=1)
-    whole = log_likelihood_of(learn(ctx, names, kept, learner, params), names, X)
-    difference = np.clip(np.nan_to_num(mixture - whole, nan=-GAIN_CLIP), -GAIN_CLIP, GAIN_CLIP)
-    return round(float(difference.mean()), 2)
+    return Message("fit", arrays, {"circuits": entries, "seconds": time.process_time() - start})
 
 
 @HANDLERS.query("cooccurrence", COOCCURRENCE)

@@ -128,15 +128,11 @@ class TupleModel:
     """Aligned gluing's model of the tuples of the clients' cluster indices on the shared rows:
     ``classes`` latent classes (a mixture of products of one cluster distribution per client;
     None: the observed tuples, each weighted by its count), mixed with the plain product of the
-    clients' circuits of all their rows at weight ``product``; ``gain``: nats per held-out tuple
-    by which it beats the product of the clusters' marginals (``tuple_model``)."""
+    clients' circuits of all their rows at weight ``product``."""
     classes: int | None
     product: float
-    gain: float = 0.0
 
     def describe(self) -> str:
-        if self.product == 1.0:
-            return "nothing: the plain product of the clients alone, which held-out rows prefer"
         joint = "the observed tuples" if self.classes is None else f"{self.classes} latent classes"
         return f"{joint}, mixed with the plain product of the clients weighted {self.product:.2f}"
 
@@ -222,8 +218,7 @@ def tuple_model(tuples: np.ndarray, radix: list[int], folds: int = 5, seed: int 
         return scores
 
     scores = held_out(None)
-    product = scores[-1]  # (weight 1: the product of the marginals alone)
-    best = TupleModel(None, float(PRODUCT_WEIGHTS[np.argmax(scores)]), float(scores.max() - product) / n), scores.max()
+    best = TupleModel(None, float(PRODUCT_WEIGHTS[np.argmax(scores)])), scores.max()
     last = -np.inf
     for classes in CLASSES:
         scores = held_out(classes)
@@ -231,27 +226,8 @@ def tuple_model(tuples: np.ndarray, radix: list[int], folds: int = 5, seed: int 
             break
         last = scores.max()
         if last > best[1]:
-            best = TupleModel(classes, float(PRODUCT_WEIGHTS[np.argmax(scores)]), float(last - product) / n), last
+            best = TupleModel(classes, float(PRODUCT_WEIGHTS[np.argmax(scores)])), last
     return best[0]
-
-
-def guarded(model: TupleModel, client_gains: list[float | None]) -> TupleModel:
-    """``model``, or the plain product of the clients alone (weight 1) where held-out rows say
-    aligned gluing loses to it: the dependence the tuples carry (``model.gain``, nats per row) is
-    less than what the clients' cluster circuits lose against their circuits of all rows on
-    held-out rows of their own (``client_gains``, nats per row each: ``client.held_out_gain``;
-    negative where clustering overfits). On a row whose clusters its columns make plain, the
-    glued model's log-likelihood over the product's is about the sum of the two. Where a client
-    sent no gain (too few rows to hold any out): ``model``.
-
-    Why: the tuple model is chosen on held-out tuples, which know each row's clusters; the
-    clusters' circuits, each learned on a thirty-second of the rows, are not scored there
-    (modeldata/attrition vertical x3 of docs/real_tables.md: tuples' gain 0.38 nats per row,
-    the clients' -1.35, -1.11, -1.31, and the glued model 0.65 nats below the product)."""
-    known = [g for g in client_gains if g is not None]
-    if len(known) < len(client_gains) or model.gain + sum(known) >= 0:
-        return model
-    return TupleModel(model.classes, 1.0, model.gain)
 
 
 def aligned(alternatives: list[list[Alternative]], radix: list[int], tuples: np.ndarray, model: TupleModel,

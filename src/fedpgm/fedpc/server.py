@@ -18,7 +18,6 @@ the observed tuples or latent classes over them, mixed with the plain product of
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -33,8 +32,7 @@ from fedpgm.federation.secret import share_secret
 from fedpgm.fedpc import defaults, refine
 from fedpgm.fedpc.client import EM_REQUESTS
 from fedpgm.fedpc.model import FedPC
-from fedpgm.fedpc.plan import (GLUES, Alternative, Plan, TupleModel, aligned, assemble, glue, guarded,
-                               tuple_model)
+from fedpgm.fedpc.plan import GLUES, Alternative, Plan, TupleModel, aligned, assemble, glue, tuple_model
 from fedpgm.threads import one_thread
 
 PLACEMENTS = ("server", "split")
@@ -95,11 +93,6 @@ def check_alignment(described: dict, spaces) -> None:
             raise FedpgmError(f"the row ids of clients '{first}' and '{c}' do not align; a vertical "
                               "federation needs the same rows (row_id) at every client: align them "
                               "privately with align='psi' (--align psi)")
-
-
-def number_or_none(value) -> float | None:
-    """``value`` as a finite float, else None (a reply's optional number)."""
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 @one_thread()
@@ -175,8 +168,7 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
         per_client[c] = ({}, {"shared": shared, "own": own, "clusters": clusters, "learner": learner,
                               "params": params, "send": placement == "server",
                               "memberships": glue_how == "aligned" and bool(own),
-                              "whole": glue_how == "aligned" and smoothing != 0,
-                              "held_out": glue_how == "aligned" and smoothing is None and bool(own)})
+                              "whole": glue_how == "aligned" and smoothing != 0})
     server_cpu = time.process_time() - server_cpu
     if glue_how == "aligned":  # the key of the row tokens and masks, unknown to this server
         clustering = [c for c, (_, cfg) in per_client.items() if cfg["own"]]
@@ -215,9 +207,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     if glue_how == "aligned":
         tuples = cooccurrence(fed, replies, spaces, clustering)
         radix = [clusters_of.get(j, 1) for j in range(len(spaces))]
-        gains = {c: number_or_none(replies[c].config.get("held_out_gain")) for c in clustering}
         if smoothing is None:
-            model = guarded(tuple_model(tuples, radix, seed=seed), list(gains.values()))
+            model = tuple_model(tuples, radix, seed=seed)
         else:  # the observed tuples, each with ``smoothing`` pseudo-rows of the product
             distinct = len(np.unique(tuples, axis=0))
             model = TupleModel(None, smoothing * distinct / (len(tuples) + smoothing * distinct))
@@ -256,16 +247,11 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     if alignment is not None:
         info["alignment"] = alignment
     if glue_how == "aligned":
-        tuples_info: dict = {"classes": model.classes, "product_weight": model.product,
-                             "described": model.describe()}
-        if smoothing is None:
-            tuples_info.update({"held_out_gain": model.gain, "clients_held_out_gain": gains})
-        info["tuple_model"] = tuples_info
+        info["tuple_model"] = {"classes": model.classes, "product_weight": model.product,
+                               "described": model.describe()}
         info["shared_with_server"] = ("counts of the cluster-index tuples of the rows the parties share (a sum of "
-                                      "masked indices in an order only the parties know), each party's row "
-                                      "tokens (hashes of its ids under a key only the parties share) and one "
-                                      "number per party: its clusters' mean log-likelihood gain on held-out "
-                                      "rows of its own")
+                                      "masked indices in an order only the parties know) and each party's row "
+                                      "tokens (hashes of its ids under a key only the parties share)")
     if circuit is not None:
         info.update(circuit.stats())
     if dense:
