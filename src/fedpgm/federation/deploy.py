@@ -42,7 +42,7 @@ from fedpgm.federation.apps import HANDLERS, PROCEDURES, app_dir, name_of
 from fedpgm.federation.lifecycle import guard
 from fedpgm.federation.pki import Pki, sign_app
 from fedpgm.federation.ports import free_port, port_open
-from fedpgm.federation.reaper import alive as group_alive
+from fedpgm.federation.reaper import alive as group_alive, descendant_groups
 
 EXIT_GRACE_S = 5.0
 STREAM_GRACE_S = 15.0  # after the result file: how long `flwr run` may take to stream the result line
@@ -468,24 +468,3 @@ def signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def descendant_groups(roots: list[int]) -> set[int]:
-    """The process groups of every descendant of ``roots`` (from Linux's /proc; none elsewhere)."""
-    parent_group: dict[int, tuple[int, int]] = {}
-    proc = Path("/proc")
-    for d in proc.iterdir() if proc.is_dir() else []:
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
-                parent_group[int(d.name)] = (int(fields[1]), int(fields[2]))
-            except (OSError, ValueError, IndexError):
-                continue  # (a process that just exited)
-    found: set[int] = set()
-    frontier = set(roots)
-    while frontier:
-        children = {pid for pid, (ppid, _) in parent_group.items() if ppid in frontier} - found
-        found |= children
-        frontier = children
-    return {parent_group[pid][1] for pid in found}

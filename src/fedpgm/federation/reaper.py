@@ -8,9 +8,10 @@ lines from its stdin, whose write end only the parent holds:
     +p PATH   a folder to remove           -p PATH   forget it (the parent removed it)
 
 When stdin reaches end of file (the parent exited, normally, by a signal or by SIGKILL), every
-group still registered gets SIGTERM, then SIGKILL after ``GRACE_S``, and every folder still
-registered is removed. A parent that cleaned up after itself has forgotten everything, so the
-reaper then simply exits.
+group still registered, and the group of every descendant of their processes (helpers that
+started sessions of their own, as Flower's SuperExec and Ray's agents do), gets SIGTERM, then
+SIGKILL after ``GRACE_S``, and every folder still registered is removed. A parent that cleaned
+up after itself has forgotten everything, so the reaper then simply exits.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import shutil
 import signal
 import sys
 import time
+from typing import Iterable
 
 GRACE_S = 5.0
 
@@ -40,8 +42,39 @@ def signal_groups(groups: set[int], sig: int) -> None:
             pass
 
 
+def process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process (from Linux's /proc; none elsewhere)."""
+    table: dict[int, tuple[int, int]] = {}
+    names = os.listdir("/proc") if os.path.isdir("/proc") else []
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+                fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+                table[int(name)] = (int(fields[1]), int(fields[2]))
+            except (OSError, ValueError, IndexError):
+                continue  # (a process that just exited)
+    return table
+
+
+def descendant_groups(roots: Iterable[int], table: dict[int, tuple[int, int]] | None = None) -> set[int]:
+    """The process groups of every descendant of the processes ``roots`` (``process_table``)."""
+    table = process_table() if table is None else table
+    found: set[int] = set()
+    frontier = set(roots)
+    while frontier:
+        children = {pid for pid, (ppid, _) in table.items() if ppid in frontier} - found
+        found |= children
+        frontier = children
+    return {table[pid][1] for pid in found}
+
+
 def reap(groups: set[int], paths: set[str]) -> None:
-    """Stop every group (TERM, then KILL after the grace period) and remove every folder."""
+    """Stop every group and the groups of their processes' descendants (TERM, then KILL after the
+    grace period) and remove every folder."""
+    table = process_table()
+    groups = groups | descendant_groups((pid for pid, (_, g) in table.items() if g in groups), table)
     signal_groups(groups, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_S
     while any(alive(g) for g in groups) and time.monotonic() < deadline:

@@ -1,0 +1,50 @@
+"""The reaper (``fedpgm.federation.reaper``): what a parent registered dies when the parent's
+pipe closes, helpers that left its process groups for sessions of their own included."""
+
+import os
+import subprocess
+import sys
+import time
+
+from fedpgm.federation import reaper
+
+SPAWN = """
+import subprocess, sys, time
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+print(helper.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_reaper_stops_a_registered_group_and_the_sessions_its_processes_started(tmp_path):
+    """A registered process starts a helper in a session of its own (as Flower's SuperExec and
+    Ray's agents are started); when the reaper's stdin closes, both are stopped and the
+    registered folder is gone, within the grace period."""
+    guard = subprocess.Popen([sys.executable, reaper.__file__], stdin=subprocess.PIPE, start_new_session=True)
+    group = subprocess.Popen([sys.executable, "-c", SPAWN], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    helper = 0
+    try:
+        helper = int(group.stdout.readline())
+        assert os.getpgid(helper) == helper != group.pid and reaper.descendant_groups([group.pid]) == {helper}
+        (tmp_path / "work").mkdir()
+        guard.stdin.write(f"+g {group.pid}\n+p {tmp_path / 'work'}\n".encode())
+        guard.stdin.close()
+        guard.wait(timeout=reaper.GRACE_S + 10)
+        group.wait(timeout=5)
+        deadline = time.monotonic() + 5
+        while running(helper) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not running(helper) and group.returncode == -15 and not (tmp_path / "work").exists()
+    finally:
+        reaper.signal_groups({group.pid, helper} - {0}, 9)
+        guard.kill()
