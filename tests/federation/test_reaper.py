@@ -39,12 +39,47 @@ def test_the_reaper_stops_a_registered_group_and_the_sessions_its_processes_star
         (tmp_path / "work").mkdir()
         guard.stdin.write(f"+g {group.pid}\n+p {tmp_path / 'work'}\n".encode())
         guard.stdin.close()
-        guard.wait(timeout=reaper.GRACE_S + 10)
-        group.wait(timeout=5)
+        group.wait(timeout=reaper.GRACE_S + 5)  # (reaped here: a zombie still counts as its group)
+        guard.wait(timeout=reaper.GRACE_S + 5)
         deadline = time.monotonic() + 5
         while running(helper) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not running(helper) and group.returncode == -15 and not (tmp_path / "work").exists()
     finally:
         reaper.signal_groups({group.pid, helper} - {0}, 9)
+        guard.kill()
+
+
+NESTED = """
+import subprocess, sys, time
+own = subprocess.Popen([sys.executable, "-I", sys.argv[1]], stdin=subprocess.PIPE, start_new_session=True)
+own.stdin.write(("+p " + sys.argv[2] + "\\n").encode())
+own.stdin.flush()
+print(own.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_registered_process_whose_own_reaper_outlives_it_gets_its_folders_removed(tmp_path):
+    """A registered process that has a reaper of its own (a guarded fedpgm process started by a
+    guarded one): the outer reaper stops the process and leaves its reaper alone, which then
+    removes the folder registered with it."""
+    (tmp_path / "inner").mkdir()
+    guard = subprocess.Popen([sys.executable, reaper.__file__], stdin=subprocess.PIPE, start_new_session=True)
+    group = subprocess.Popen([sys.executable, "-c", NESTED, reaper.__file__, str(tmp_path / "inner")],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    inner = 0
+    try:
+        inner = int(group.stdout.readline())
+        assert reaper.runs_a_reaper(inner) and not reaper.runs_a_reaper(group.pid)
+        guard.stdin.write(f"+g {group.pid}\n".encode())
+        guard.stdin.close()
+        group.wait(timeout=reaper.GRACE_S + 5)
+        guard.wait(timeout=reaper.GRACE_S + 5)
+        deadline = time.monotonic() + 5
+        while (tmp_path / "inner").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not (tmp_path / "inner").exists() and group.returncode == -15
+    finally:
+        reaper.signal_groups({group.pid, inner} - {0}, 9)
         guard.kill()

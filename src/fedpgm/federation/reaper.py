@@ -9,8 +9,9 @@ lines from its stdin, whose write end only the parent holds:
 
 When stdin reaches end of file (the parent exited, normally, by a signal or by SIGKILL), every
 group still registered, and the group of every descendant of their processes (helpers that
-started sessions of their own, as Flower's SuperExec and Ray's agents do), gets SIGTERM, then
-SIGKILL after ``GRACE_S``, and every folder still registered is removed. A parent that cleaned
+started sessions of their own, as Flower's SuperExec and Ray's agents do; not a descendant's own
+reaper, which cleans up after it), gets SIGTERM, then SIGKILL after ``GRACE_S``, and every
+folder still registered is removed. A parent that cleaned
 up after itself has forgotten everything, so the reaper then simply exits.
 """
 
@@ -70,16 +71,30 @@ def descendant_groups(roots: Iterable[int], table: dict[int, tuple[int, int]] | 
     return {table[pid][1] for pid in found}
 
 
+def runs_a_reaper(pid: int) -> bool:
+    """Whether process ``pid`` is a reaper (the script its interpreter runs is this file): a
+    guarded process's own, left to clean up after it."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")[1:]
+    except OSError:
+        return False
+    script = next((a for a in args if not a.startswith(b"-")), b"")
+    return script == os.path.abspath(__file__).encode()
+
+
 def reap(groups: set[int], paths: set[str]) -> None:
-    """Stop every group and the groups of their processes' descendants (TERM, then KILL after the
-    grace period) and remove every folder."""
-    table = process_table()
-    groups = groups | descendant_groups((pid for pid, (_, g) in table.items() if g in groups), table)
+    """Stop every group and the groups of their processes' descendants but reapers (TERM, then
+    KILL after the grace period to those still alive) and remove every folder."""
+    if groups:
+        table = process_table()
+        members = [pid for pid, (_, g) in table.items() if g in groups]
+        groups = groups | {g for g in descendant_groups(members, table) if not runs_a_reaper(g)}
     signal_groups(groups, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_S
     while any(alive(g) for g in groups) and time.monotonic() < deadline:
         time.sleep(0.1)
-    signal_groups(groups, signal.SIGKILL)
+    signal_groups({g for g in groups if alive(g)}, signal.SIGKILL)
     for p in paths:
         shutil.rmtree(p, ignore_errors=True)
 
