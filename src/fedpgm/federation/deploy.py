@@ -170,10 +170,8 @@ class LoopbackDeployment:
                 self.wait_port(chosen, proc, log, timeout)
                 return chosen
             except FedpgmError:  # (a process still running timed out: ``stop`` stops it)
-                if port or attempt == attempts or proc.poll() is None or not self.port_taken(log):
+                if port or attempt == attempts or not self.lost_its_port(proc, log):
                     raise
-            guard().forget_group(proc.pid)  # (it exited)
-            (self.workdir / log).unlink()
             attempt += 1
 
     def register(self, client_id: str, public_key: Path | None = None, timeout: float = 60.0) -> None:
@@ -257,15 +255,18 @@ class LoopbackDeployment:
             try:
                 return self.wait_port(node.port, node.process, log, timeout)
             except FedpgmError:
-                if not self.port_taken(log) or attempt == attempts - 1 or node.process.poll() is None:
+                if attempt == attempts - 1 or not self.lost_its_port(node.process, log):
                     raise
-            guard().forget_group(node.process.pid)  # (it exited)
-            (self.workdir / log).unlink()
             self.start_node(client_id, wait=False)
 
-    def port_taken(self, log: str) -> bool:
-        """Whether the process writing ``log`` exited because its port was taken."""
-        return "address already in use" in (self.workdir / log).read_text().lower()
+    def lost_its_port(self, proc: subprocess.Popen, log: str) -> bool:
+        """Whether ``proc`` exited because its port was taken (``log`` says so); if so, its reaper
+        entry and its log are dropped, so that it can start again on another port."""
+        if proc.poll() is None or "address already in use" not in (self.workdir / log).read_text().lower():
+            return False
+        guard().forget_group(proc.pid)
+        (self.workdir / log).unlink()
+        return True
 
     def wait_port(self, port: int, proc: subprocess.Popen, log: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

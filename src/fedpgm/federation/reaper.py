@@ -11,8 +11,8 @@ When stdin reaches end of file (the parent exited, normally, by a signal or by S
 group still registered, and the group of every descendant of their processes (helpers that
 started sessions of their own, as Flower's SuperExec and Ray's agents do; not a descendant's own
 reaper, which cleans up after it), gets SIGTERM, then SIGKILL after ``GRACE_S``, and every
-folder still registered is removed. A parent that cleaned
-up after itself has forgotten everything, so the reaper then simply exits.
+folder still registered is removed. A parent that cleaned up after itself has forgotten
+everything, so the reaper then simply exits.
 """
 
 from __future__ import annotations
