@@ -52,15 +52,20 @@ sets this gives (126, 0.1) nltcs, (132, 0.1) plants, (122, 0.1) baudio, (95, 0.1
 The budget bounds the whole search, the final fit included: no fit or EM pass starts that would
 end past its stage's share (a fit's time predicted from its seconds per row, as the same
 candidate's last fit took, else as the slowest fit yet took, a fit's time growing with rows x
-columns and the columns fixed; a pass's from the slowest pass of the same model; a pass leaves
-time to compile the chosen circuits); the first fit, and where no candidate reached every row the
-leader's fit on all of them, run whatever the prediction (the leader's, predicted to end past the
-budget, unsplit: independent leaves), and every fit stops splitting at a deadline
-(``learn_spn``'s ``deadline``: the slices left end in independent leaves), its share's end less
-twice the slowest compiling and scoring of a fit yet (what the stopped fit still has to do). On
-a 1,000-column binary table (1,800 rows, 30 s budget) the search ended 902 s past its budget
-before (a first fit of 218 s on a quarter of the rows, then 715 s on all of them). The seconds past
-the budget are reported as ``over_budget_s``, and a fit stopped at its deadline as ``stopped``.
+columns and the columns fixed; a pass's from the slowest pass of the same model), the first fit,
+and where no candidate reached every row the leader's fit on all of them, run whatever the
+prediction (the leader's, predicted to end past the budget, unsplit: independent leaves), and
+every fit stops splitting at a deadline (``learn_spn``'s ``deadline``: the slices left end in
+independent leaves), its share's end less twice the slowest compiling and scoring of a fit yet
+(what the stopped fit still has to do), and every EM step at the budget's end less twice what may
+follow it: the slowest tail of its model's passes (compiling, scoring, keeping the best; before
+the first, its fit's compile and score) and, with two models, compiling their mixture (taken as
+long as both tails). A pass's model goes back to its best pass without compiling (the best pass's
+compiled circuit is kept), and stage 4's probe pass stops at the deadline too (then no latent
+tree). On a 1,000-column binary table (1,800 rows, 30 s budget) the search ended 902 s past its
+budget before (a first fit of 218 s on a quarter of the rows, then 715 s on all of them). The
+seconds past the budget are reported as ``over_budget_s``, and a fit stopped at its deadline as
+``stopped``.
 Every fit and EM pass is reported (settings, rows, seconds, validation log-likelihood; a pass also
 with the mixture's validation score after it and its rise per second), and ``LearnSPN(**chosen)``
 refits the chosen model (``LearnSPNMixture(**chosen)`` where stage 5 chose a mixture; a stopped
@@ -79,6 +84,7 @@ import numpy as np
 import pandas as pd
 from fedpgm.params import Interval
 
+from fedpgm.circuits.compiled import CompiledCircuit
 from fedpgm.circuits.estimator import CircuitEstimator, LearnSPN, LearnSPNMixture, as_matrix
 from fedpgm.circuits.latent_tree import LATENT_STATES
 from fedpgm.circuits.leaves import ALPHA
@@ -142,30 +148,37 @@ def latent_states(rows: int, variables: int, least: int, pass_seconds: float, se
 @dataclass
 class Training:
     """One model of stages 3 and 4 trained pass by pass: its best validation ``score`` so far, the
-    circuit and per-row validation log-likelihoods (``rows``, (valid rows,)) that scored it, the
-    passes ``done`` and ``kept``, a pass's expected ``seconds`` (the slowest yet; before the first,
-    an estimate) and ``rate``, the combined validation score's rise per second of its last pass."""
+    circuit, its compiled form and the per-row validation log-likelihoods (``rows``, (valid rows,))
+    that scored it, the passes ``done`` and ``kept``, a pass's expected ``seconds`` (the slowest
+    yet; before the first, an estimate), its ``tail`` (the slowest work after a pass's EM step:
+    compiling, scoring, keeping the best; before the first, the fit's compile and score) and
+    ``rate``, the combined validation score's rise per second of its last pass."""
     score: float
     settings: dict
     model: LearnSPN
     patience: int
     seconds: float
+    tail: float
     rows: np.ndarray
     best: Circuit | None = None
+    best_compiled: CompiledCircuit | None = None
     done: int = 0
     kept: int = 0
     rate: float = math.inf
-    compile_seconds: float = 0.0  # the slowest compilation of its circuit yet (what finishing it costs)
 
     def open(self, most: int) -> bool:
         """Whether it may run another pass (``most`` passes at most)."""
         return self.done < most and self.done - self.kept < self.patience
 
+    def undo(self) -> None:
+        """Back to the best pass's circuit, compiled as it was then (so undoing costs no time)."""
+        assert self.best is not None and self.best_compiled is not None  # (kept before the first pass)
+        self.model.circuit_, self.model.compiled_ = self.best, self.best_compiled
+
     def result(self) -> tuple[float, dict, LearnSPN]:
         """(score, settings with ``em_iterations``, model) at its best pass."""
         if self.kept < self.done:  # (the passes after the best are undone)
-            assert self.best is not None  # (``em_pass`` keeps the circuit before the first pass)
-            self.model.circuit_, self.model.compiled_ = self.best, self.model._compile(self.best)
+            self.undo()
         self.model.set_params(em_iterations=self.kept)
         return self.score, {**self.settings, "em_iterations": self.kept}, self.model
 
@@ -263,50 +276,57 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         """The validation score of the best passes' mixture (of the one model, if only one)."""
         return runs[0].score if len(runs) == 1 else mixed(*runs)[0]
 
-    def training(score: float, settings: dict, model: LearnSPN, patience: int, seconds: float) -> Training:
+    def training(score: float, settings: dict, model: LearnSPN, patience: int, seconds: float,
+                 tail: float) -> Training:
         """A model (fitted with ``settings``, validation ``score``) ready for its passes."""
-        return Training(score, settings, model, patience, seconds, model.score_samples(valid))
+        return Training(score, settings, model, patience, seconds, tail, model.score_samples(valid),
+                        copy.deepcopy(model.circuit_), model.compiled_)
 
     def em_pass(run: Training, X: np.ndarray, lows: np.ndarray, deadline: float) -> float:
-        """One EM pass of ``run``'s model, recorded in ``tried``; returns its seconds. A pass still
-        running at ``deadline`` stops there (``em``): the model goes back to its best circuit and
-        takes no more passes (a pass far slower than the last: 14.5 s after 0.6 s was measured)."""
-        if run.best is None:  # (the circuit that scored ``run.score``, restored if no pass beats it)
-            run.best = copy.deepcopy(run.model.circuit_)
+        """One EM pass of ``run``'s model, recorded in ``tried``; returns its seconds. A pass's EM
+        step still running at ``deadline`` stops there (``em``): the model goes back to its best
+        circuit and takes no more passes (a pass far slower than the last: 14.5 s after 0.6 s was
+        measured). The step's tail (compiling, scoring, keeping the best) is timed into ``run.tail``."""
         t0 = time.perf_counter()
         if not run.model.em_pass(run.model.circuit_, X, run.done, lows, deadline):
-            run.model.circuit_, run.model.compiled_ = run.best, run.model._compile(run.best)
+            run.undo()
             run.patience = run.done - run.kept  # (closed: ``open`` is false from now on)
             tried.append({**run.settings, "em_iterations": run.done + 1, "rows": len(train),
                           "seconds": time.perf_counter() - t0, "stopped": True})
             return time.perf_counter() - t0
         t1 = time.perf_counter()
         run.model.compiled_ = run.model._compile(run.model.circuit_)
-        run.compile_seconds = max(run.compile_seconds, time.perf_counter() - t1)
         rows = run.model.score_samples(valid)
-        score, took, run.done = float(rows.mean()), time.perf_counter() - t0, run.done + 1
+        score, run.done = float(rows.mean()), run.done + 1
+        if score > run.score:
+            run.score, run.kept, run.rows = score, run.done, rows
+            run.best, run.best_compiled = copy.deepcopy(run.model.circuit_), run.model.compiled_
+        t2 = time.perf_counter()
+        took, run.tail = t2 - t0, max(run.tail, t2 - t1) if run.done > 1 else t2 - t1
         run.seconds = took if run.done == 1 else max(run.seconds, took)  # (the slowest pass yet: a loaded machine)
         tried.append({**run.settings, "em_iterations": run.done, "rows": len(train), "seconds": took,
                       "valid_loglik": score})
-        if score > run.score:
-            run.score, run.kept, run.rows, run.best = score, run.done, rows, copy.deepcopy(run.model.circuit_)
         return took
 
     def train_all(runs: list[Training]) -> None:
         """Stages 3 and 4: passes until the budget or every model's patience ends, each to the model
-        whose last pass raised ``combined`` most per second (module doc)."""
+        whose last pass raised ``combined`` most per second (module doc). What may still run after
+        a pass's EM step, its tail and compiling the mixture (stage 5; taken as long as both models'
+        tails), is kept free twice over."""
         X = as_matrix(train, runs[0].model.schema_)
         lows = std_floors(X, runs[0].model.min_std_fraction) if floors is None else floors
         most = EM_MAX if max_em_iterations is None else max_em_iterations
 
-        def ready(run: Training) -> bool:  # (finishing compiles each model's best and their mixture: twice each)
-            finish = 2 * sum(r.compile_seconds for r in runs)
-            return run.open(most) and time.perf_counter() - start + run.seconds + finish <= budget_s
+        def mixing() -> float:
+            return sum(r.tail for r in runs) if len(runs) == 2 else 0.0
+
+        def ready(run: Training) -> bool:
+            return run.open(most) and time.perf_counter() - start + run.seconds + 2 * mixing() <= budget_s
 
         score = combined(runs)
         while able := [r for r in runs if ready(r)]:
             run = max(able, key=lambda r: r.rate)
-            took = em_pass(run, X, lows, start + budget_s - 2 * sum(r.compile_seconds for r in runs))
+            took = em_pass(run, X, lows, start + budget_s - 2 * (run.tail + mixing()))
             after = combined(runs)
             run.rate, score = (after - score) / took, after
             tried[-1].update(combined_valid_loglik=after, gain_per_s=run.rate)
@@ -354,7 +374,7 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
     # stage 3's first pass costs about what a fit does, or, where the fit stopped early, what scoring every
     # training row (as a fit's finish scores the validation rows) and then finishing does
     finish = max(t.get("finish_seconds", 0.0) for t in tried if t["rows"] == len(train))
-    runs = [training(*final, 1, max(tried[-1]["seconds"], finish * (1 + len(train) / len(valid))))]
+    runs = [training(*final, 1, max(tried[-1]["seconds"], finish * (1 + len(train) / len(valid))), finish)]
     probe = None
     batch = latent_batch(len(train))
     settings: dict = {"min_instances_slice": len(train) + 1, "threshold": THRESHOLDS[0],
@@ -362,21 +382,24 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
                       "latent_states": LATENT_STATES, "em_batch_size": batch}
     if latent and affordable(settings, 2 * len(train), budget_s):  # stage 4's latent tree (learned twice), its
         params = {**settings, "seed": seed, **learner}  # states set by a probe pass
+        t0 = time.perf_counter()
         model = LearnSPN.from_circuit(grown(params, train, schema, floors, deadline(budget_s)),
                                       {"estimator": "LearnSPN", "params": params})
         X = as_matrix(train, model.schema_)
         sample = X[: PROBE_BATCHES * batch]
-        t0 = time.perf_counter()
-        model.em_pass(model.circuit_, sample, 0, std_floors(X, model.min_std_fraction) if floors is None else floors)
-        took = time.perf_counter() - t0
-        probe = {"latent_states": LATENT_STATES, "rows": len(sample), "seconds": took,
-                 "pass_seconds": took * len(train) / len(sample)}
-        probe["seconds_left"] = budget_s - (time.perf_counter() - start)
-        cards = [f.cardinality for f in schema.features if f.discrete]
-        states = latent_states(len(train), discrete, max(cards), probe["pass_seconds"], probe["seconds_left"])
-        planned = probe["pass_seconds"] * (states / LATENT_STATES) ** 2
-        runs.append(training(*fit({**settings, "latent_states": states}, everything, budget_s), LATENT_PATIENCE,
-                             planned))
+        t1 = time.perf_counter()
+        lows = std_floors(X, model.min_std_fraction) if floors is None else floors
+        if model.em_pass(model.circuit_, sample, 0, lows, deadline(budget_s)):  # (a probe past it: no tree)
+            took = time.perf_counter() - t1
+            probe = {"latent_states": LATENT_STATES, "rows": len(sample), "seconds": took,
+                     "pass_seconds": took * len(train) / len(sample)}
+            probe["seconds_left"] = budget_s - (time.perf_counter() - start)
+            cards = [f.cardinality for f in schema.features if f.discrete]
+            states = latent_states(len(train), discrete, max(cards), probe["pass_seconds"], probe["seconds_left"])
+            planned = probe["pass_seconds"] * (states / LATENT_STATES) ** 2
+            if time.perf_counter() + (t1 - t0) <= deadline(budget_s):  # (the tree learned again, timed by the probe's)
+                runs.append(training(*fit({**settings, "latent_states": states}, everything, budget_s),
+                                     LATENT_PATIENCE, planned, tried[-1]["finish_seconds"]))
     train_all(runs)
     models = [run.result() for run in runs]
     if len(runs) == 2:  # stage 5
