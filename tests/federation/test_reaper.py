@@ -83,3 +83,34 @@ def test_a_registered_process_whose_own_reaper_outlives_it_gets_its_folders_remo
     finally:
         reaper.signal_groups({group.pid, inner} - {0}, 9)
         guard.kill()
+
+
+def test_a_group_whose_id_a_later_process_took_is_left_alone():
+    """A group id is the reaper's only while its leader is the process registered (its start
+    time the same) or gone; a process that started later under that id is not stopped."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        started = reaper.start_time(proc.pid)
+        assert started is not None and reaper.still_ours({proc.pid: started}) == {proc.pid}
+        assert reaper.still_ours({proc.pid: started - 1}) == set()  # (as if the id had been reused)
+        assert reaper.still_ours({proc.pid: None}) == set()  # (its leader was gone when it was registered)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert reaper.start_time(proc.pid) is None and reaper.still_ours({proc.pid: started}) == {proc.pid}
+
+
+def test_an_unreadable_line_costs_nothing_of_the_rest(tmp_path):
+    """A line the reaper cannot read is skipped: the group and the folder registered after it are
+    still cleaned up."""
+    (tmp_path / "work").mkdir()
+    guard = subprocess.Popen([sys.executable, reaper.__file__], stdin=subprocess.PIPE, start_new_session=True)
+    group = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        guard.stdin.write(f"+g twelve\n-g\n+g {group.pid}\n+p {tmp_path / 'work'}\n".encode())
+        guard.stdin.close()
+        assert group.wait(timeout=reaper.GRACE_S + 5) == -15  # (reaped here: a zombie still counts as its group)
+        assert guard.wait(timeout=reaper.GRACE_S + 5) == 0 and not (tmp_path / "work").exists()
+    finally:
+        group.kill()
+        guard.kill()

@@ -13,6 +13,11 @@ started sessions of their own, as Flower's SuperExec and Ray's agents do; not a 
 reaper, which cleans up after it), gets SIGTERM, then SIGKILL after ``GRACE_S``, and every
 folder still registered is removed. A parent that cleaned up after itself has forgotten
 everything, so the reaper then simply exits.
+
+A group is registered with its leader's start time, read when ``+g`` arrives: a group whose
+processes all exited frees its id, and an unrelated session leader that later gets the same id
+(it runs with that start time no more) is left alone. A line the reaper cannot read is skipped,
+so that one bad line never costs the clean-up of the rest.
 """
 
 from __future__ import annotations
@@ -43,19 +48,39 @@ def signal_groups(groups: set[int], sig: int) -> None:
             pass
 
 
+def stat(pid: int) -> list[str] | None:
+    """Process ``pid``'s /proc stat fields from the third on (state, parent, group, ...), or None
+    if it is gone (or this is not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            line = f.read()
+        return line[line.rindex(")") + 2:].split()
+    except (OSError, ValueError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot), or None if it is gone."""
+    fields = stat(pid)
+    return int(fields[19]) if fields else None  # (field 22: starttime)
+
+
+def still_ours(groups: dict[int, int | None]) -> set[int]:
+    """The registered groups (id -> its leader's start time at registration) whose id is not a
+    later process's: a leader running since then, or no leader (its members, if any, keep the
+    id from being reused)."""
+    return {g for g, started in groups.items() if start_time(g) in (started, None)}
+
+
 def process_table() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, process group) of every process (from Linux's /proc; none elsewhere)."""
     table: dict[int, tuple[int, int]] = {}
     names = os.listdir("/proc") if os.path.isdir("/proc") else []
     for name in names:
         if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    stat = f.read()
-                fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
+            fields = stat(int(name))
+            if fields:  # (None: a process that just exited)
                 table[int(name)] = (int(fields[1]), int(fields[2]))
-            except (OSError, ValueError, IndexError):
-                continue  # (a process that just exited)
     return table
 
 
@@ -71,14 +96,21 @@ def descendant_groups(roots: Iterable[int], table: dict[int, tuple[int, int]] | 
     return {table[pid][1] for pid in found}
 
 
-def runs_a_reaper(pid: int) -> bool:
+def runs_a_reaper(pid: int, wait_s: float = 0.5) -> bool:
     """Whether process ``pid`` is a reaper (the script its interpreter runs is this file): a
-    guarded process's own, left to clean up after it."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read().split(b"\0")[1:]
-    except OSError:
-        return False
+    guarded process's own, left to clean up after it. A process still inside ``exec`` has an
+    empty command line for a moment (seen in a test); it is read again for up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")[1:]
+        except OSError:
+            return False
+        fields = stat(pid)
+        if args or time.monotonic() > deadline or not fields or fields[0] == "Z":
+            break
+        time.sleep(0.01)
     script = next((a for a in args if not a.startswith(b"-")), b"")
     return script == os.path.abspath(__file__).encode()
 
@@ -101,19 +133,21 @@ def reap(groups: set[int], paths: set[str]) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the parent is not for us
-    groups: set[int] = set()
+    groups: dict[int, int | None] = {}
     paths: set[str] = set()
     for line in sys.stdin.buffer:
         op, _, arg = line.decode("utf-8", "surrogateescape").rstrip("\n").partition(" ")
+        if op in ("+g", "-g") and not arg.isdigit():
+            continue  # (unreadable: skipped)
         if op == "+g":
-            groups.add(int(arg))
+            groups[int(arg)] = start_time(int(arg))
         elif op == "-g":
-            groups.discard(int(arg))
+            groups.pop(int(arg), None)
         elif op == "+p":
             paths.add(arg)
         elif op == "-p":
             paths.discard(arg)
-    reap(groups, paths)
+    reap(still_ours(groups), paths)
 
 
 if __name__ == "__main__":
