@@ -249,10 +249,12 @@ def test_an_em_step_ending_at_its_deadline_leaves_time_for_its_compile_and_score
     honest_pass, honest_compile, slowed = LearnSPN.em_pass, LearnSPN._compile, []
 
     def at_deadline(self, circuit, X, k, floors, deadline=None):
-        if len(X) == len(train) and not slowed:  # (not stage 4's probe, on a few mini-batches)
-            slowed.append(deadline - time.perf_counter())
-            time.sleep(max(0.0, slowed[0] - 0.01))
-        return honest_pass(self, circuit, X, k, floors, deadline)
+        if len(X) < len(train) or slowed:  # (stage 4's probe, on a few mini-batches, or a later pass)
+            return honest_pass(self, circuit, X, k, floors, deadline)
+        slowed.append(deadline - time.perf_counter())
+        assert honest_pass(self, circuit, X, k, floors, None)
+        time.sleep(max(0.0, deadline - time.perf_counter() - 0.01))  # (the step ends 0.01 s before it)
+        return True
 
     def slow_compile(self, circuit):
         time.sleep(0.2)
@@ -261,7 +263,9 @@ def test_an_em_step_ending_at_its_deadline_leaves_time_for_its_compile_and_score
     monkeypatch.setattr(LearnSPN, "em_pass", at_deadline)
     monkeypatch.setattr(LearnSPN, "_compile", slow_compile)
     model, report = select_learnspn(train, valid, ds.schema, budget_s=10, seed=0, max_em_iterations=3)
-    assert slowed and slowed[0] > 1.0  # (the slow step ran, from well before its deadline)
+    assert slowed and slowed[0] > 1.0  # (the slow step ran, from well before its deadline, to its end)
+    first = next(t for t in report["tried"] if t.get("em_iterations") == 1 and "latent_states" not in t)
+    assert "stopped" not in first and first["seconds"] > slowed[0] - 0.1
     assert report["over_budget_s"] == 0.0, report["seconds"]
     assert model.score(valid) == pytest.approx(report["valid_loglik"], abs=1e-9)
 

@@ -107,7 +107,8 @@ def test_an_unreadable_line_costs_nothing_of_the_rest(tmp_path):
     guard = subprocess.Popen([sys.executable, reaper.__file__], stdin=subprocess.PIPE, start_new_session=True)
     group = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
-        guard.stdin.write(f"+g twelve\n-g\n+g {group.pid}\n+p {tmp_path / 'work'}\n".encode())
+        junk = "+g twelve\n-g\n+g ²\n+g 0\n+g 99999999999999999999\n"  # (group 0 would be the reaper's own)
+        guard.stdin.write(f"{junk}+g {group.pid}\n+p {tmp_path / 'work'}\n".encode())
         guard.stdin.close()
         assert group.wait(timeout=reaper.GRACE_S + 5) == -15  # (reaped here: a zombie still counts as its group)
         assert guard.wait(timeout=reaper.GRACE_S + 5) == 0 and not (tmp_path / "work").exists()

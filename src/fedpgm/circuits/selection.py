@@ -94,6 +94,7 @@ from fedpgm.data.schema import Schema
 from fedpgm.errors import FedpgmError
 
 Fitted = LearnSPN | LearnSPNMixture  # what the selection returns
+Scored = tuple[float, dict, LearnSPN, np.ndarray]  # a fit: validation score, settings, model, (valid rows,) scores
 SELECTIONS = ("validation",)  # what settings are chosen on (the CLI's --select)
 THRESHOLDS = (0.05, 0.1, 0.2, 0.3)
 MIN_SCALES = (0.5, 1.0, 2.0)
@@ -151,7 +152,8 @@ class Training:
     circuit, its compiled form and the per-row validation log-likelihoods (``rows``, (valid rows,))
     that scored it, the passes ``done`` and ``kept``, a pass's expected ``seconds`` (the slowest
     yet; before the first, an estimate), its ``tail`` (the slowest work after a pass's EM step:
-    compiling, scoring, keeping the best; before the first, the fit's compile and score) and
+    compiling, scoring, keeping the best, the combined score; at least the fit's compile and
+    score) and
     ``rate``, the combined validation score's rise per second of its last pass."""
     score: float
     settings: dict
@@ -234,10 +236,11 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         """When a fit that must end ``limit`` s into the search stops splitting (module doc)."""
         return start + limit - 2 * max((t.get("finish_seconds", 0.0) for t in tried), default=0.0)
 
-    def fit(settings: dict, rows: np.ndarray, limit: float) -> tuple[float, dict, LearnSPN]:
+    def fit(settings: dict, rows: np.ndarray, limit: float) -> Scored:
         """One fit on ``train``'s ``rows`` (a univariate candidate's slice minimum scaled with them:
         module doc) that ends ``limit`` s into the search, recorded in ``tried`` with the slice
-        minimum it used (``fitted_min``)."""
+        minimum it used (``fitted_min``): (validation score, settings, model, its (valid rows,)
+        log-likelihoods)."""
         share = 1.0 if settings["leaf_model"] != "univariate" else len(rows) / len(train)
         params = {**settings, "min_instances_slice": max(2, round(settings["min_instances_slice"] * share)),
                   "seed": seed, **learner}
@@ -245,11 +248,12 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         circuit = grown(params, train.iloc[rows], schema, floors, stop)
         t1 = time.perf_counter()
         model = LearnSPN.from_circuit(circuit, {"estimator": "LearnSPN", "params": params})
-        score = model.score(valid)
+        per_row = model.score_samples(valid)
+        score = float(per_row.mean())
         t2 = time.perf_counter()
         tried.append({**settings, "rows": len(rows), "fitted_min": params["min_instances_slice"], "seconds": t2 - t0,
                       "finish_seconds": t2 - t1, "valid_loglik": score, **({"stopped": True} if t1 > stop else {})})
-        return score, settings, model
+        return score, settings, model, per_row
 
     def affordable(settings: dict, rows: int, limit: float) -> bool:
         """Whether a fit of ``settings`` on ``rows`` rows ends ``limit`` s into the search, timed by
@@ -276,24 +280,26 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         """The validation score of the best passes' mixture (of the one model, if only one)."""
         return runs[0].score if len(runs) == 1 else mixed(*runs)[0]
 
-    def training(score: float, settings: dict, model: LearnSPN, patience: int, seconds: float,
-                 tail: float) -> Training:
-        """A model (fitted with ``settings``, validation ``score``) ready for its passes."""
-        return Training(score, settings, model, patience, seconds, tail, model.score_samples(valid),
-                        copy.deepcopy(model.circuit_), model.compiled_)
+    def training(fitted: Scored, patience: int, seconds: float, tail: float) -> Training:
+        """A fitted model (``fit``) ready for its passes."""
+        score, settings, model, per_row = fitted
+        best = copy.deepcopy(model.circuit_)
+        model.compiled_.circuit = best  # (what it compiled, not the circuit EM will change in place)
+        return Training(score, settings, model, patience, seconds, tail, per_row, best, model.compiled_)
 
-    def em_pass(run: Training, X: np.ndarray, lows: np.ndarray, deadline: float) -> float:
-        """One EM pass of ``run``'s model, recorded in ``tried``; returns its seconds. A pass's EM
-        step still running at ``deadline`` stops there (``em``): the model goes back to its best
+    def em_pass(run: Training, X: np.ndarray, lows: np.ndarray, deadline: float) -> float | None:
+        """One EM pass of ``run``'s model, recorded in ``tried``; returns when its EM step ended
+        (``time.perf_counter()``; what follows is its tail), None where the step was still
+        running at ``deadline`` and stopped there (``em``): the model then goes back to its best
         circuit and takes no more passes (a pass far slower than the last: 14.5 s after 0.6 s was
-        measured). The step's tail (compiling, scoring, keeping the best) is timed into ``run.tail``."""
+        measured)."""
         t0 = time.perf_counter()
         if not run.model.em_pass(run.model.circuit_, X, run.done, lows, deadline):
             run.undo()
             run.patience = run.done - run.kept  # (closed: ``open`` is false from now on)
             tried.append({**run.settings, "em_iterations": run.done + 1, "rows": len(train),
                           "seconds": time.perf_counter() - t0, "stopped": True})
-            return time.perf_counter() - t0
+            return None
         t1 = time.perf_counter()
         run.model.compiled_ = run.model._compile(run.model.circuit_)
         rows = run.model.score_samples(valid)
@@ -301,12 +307,13 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         if score > run.score:
             run.score, run.kept, run.rows = score, run.done, rows
             run.best, run.best_compiled = copy.deepcopy(run.model.circuit_), run.model.compiled_
+            run.best_compiled.circuit = run.best  # (as in ``training``)
         t2 = time.perf_counter()
-        took, run.tail = t2 - t0, max(run.tail, t2 - t1) if run.done > 1 else t2 - t1
+        took = t2 - t0
         run.seconds = took if run.done == 1 else max(run.seconds, took)  # (the slowest pass yet: a loaded machine)
         tried.append({**run.settings, "em_iterations": run.done, "rows": len(train), "seconds": took,
                       "valid_loglik": score})
-        return took
+        return t1
 
     def train_all(runs: list[Training]) -> None:
         """Stages 3 and 4: passes until the budget or every model's patience ends, each to the model
@@ -320,15 +327,18 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         def mixing() -> float:
             return sum(r.tail for r in runs) if len(runs) == 2 else 0.0
 
-        def ready(run: Training) -> bool:
-            return run.open(most) and time.perf_counter() - start + run.seconds + 2 * mixing() <= budget_s
+        def ready(run: Training) -> bool:  # (a pass whose step would be cut at once is not started)
+            return run.open(most) and time.perf_counter() - start + run.seconds + 2 * (run.tail + mixing()) <= budget_s
 
         score = combined(runs)
         while able := [r for r in runs if ready(r)]:
             run = max(able, key=lambda r: r.rate)
-            took = em_pass(run, X, lows, start + budget_s - 2 * (run.tail + mixing()))
+            stepped = em_pass(run, X, lows, start + budget_s - 2 * (run.tail + mixing()))
             after = combined(runs)
-            run.rate, score = (after - score) / took, after
+            t2 = time.perf_counter()
+            if stepped is not None:  # (the tail: compiling, scoring, keeping the best, the combined score)
+                run.tail = max(run.tail, t2 - stepped)
+            run.rate, score = (after - score) / tried[-1]["seconds"], after
             tried[-1].update(combined_valid_loglik=after, gain_per_s=run.rate)
 
     discrete = sum(f.discrete for f in schema.features)
@@ -341,17 +351,17 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
         c = {**c, "min_instances_slice": max(c["min_instances_slice"], min_instances_floor)}
         alive += [c] if c not in alive else []
     leader = None  # (validation score, settings): the best of the last rung run
-    final = None  # (validation score, settings, model) of the best fit on every row
+    final: Scored | None = None  # the best fit on every row
     for rung, fraction in enumerate(RUNGS):  # stage 1
         rows = np.sort(order[: max(2, round(fraction * len(train)))])  # (in the data's order)
         scored: list[tuple[float, dict]] = []
         for c in alive:
             if (scored or leader is not None) and not affordable(c, len(rows), SEARCH_SHARE * track):
                 break  # no time for it: the leader goes to the final fit
-            score, _, model = fit(c, rows, SEARCH_SHARE * track)
-            scored.append((score, c))
-            if fraction == 1.0 and (final is None or score > final[0]):
-                final = (score, c, model)
+            done = fit(c, rows, SEARCH_SHARE * track)
+            scored.append((done[0], c))
+            if fraction == 1.0 and (final is None or done[0] > final[0]):
+                final = done
         if not scored:
             break
         scored.sort(key=lambda t: -t[0])
@@ -374,7 +384,7 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
     # stage 3's first pass costs about what a fit does, or, where the fit stopped early, what scoring every
     # training row (as a fit's finish scores the validation rows) and then finishing does
     finish = max(t.get("finish_seconds", 0.0) for t in tried if t["rows"] == len(train))
-    runs = [training(*final, 1, max(tried[-1]["seconds"], finish * (1 + len(train) / len(valid))), finish)]
+    runs = [training(final, 1, max(tried[-1]["seconds"], finish * (1 + len(train) / len(valid))), finish)]
     probe = None
     batch = latent_batch(len(train))
     settings: dict = {"min_instances_slice": len(train) + 1, "threshold": THRESHOLDS[0],
@@ -397,9 +407,12 @@ def select_learnspn(train: pd.DataFrame, valid: pd.DataFrame, schema: Schema, bu
             cards = [f.cardinality for f in schema.features if f.discrete]
             states = latent_states(len(train), discrete, max(cards), probe["pass_seconds"], probe["seconds_left"])
             planned = probe["pass_seconds"] * (states / LATENT_STATES) ** 2
-            if time.perf_counter() + (t1 - t0) <= deadline(budget_s):  # (the tree learned again, timed by the probe's)
-                runs.append(training(*fit({**settings, "latent_states": states}, everything, budget_s),
-                                     LATENT_PATIENCE, planned, tried[-1]["finish_seconds"]))
+            # the tree learned again, timed by the probe's (its compile growing as states^2), then both models'
+            # mixture compiled (the tree's tail taken as long as its fit), twice over: it cannot stop early
+            again = (t1 - t0) * max(1.0, (states / LATENT_STATES) ** 2)
+            if time.perf_counter() + again + 2 * (again + runs[0].tail) <= start + budget_s:
+                tree = fit({**settings, "latent_states": states}, everything, budget_s)
+                runs.append(training(tree, LATENT_PATIENCE, planned, tried[-1]["finish_seconds"]))
     train_all(runs)
     models = [run.result() for run in runs]
     if len(runs) == 2:  # stage 5

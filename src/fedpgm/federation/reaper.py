@@ -30,13 +30,14 @@ import time
 from typing import Iterable
 
 GRACE_S = 5.0
+PID_MAX = 2**22  # (Linux's largest process id)
 
 
 def alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
         return True
-    except (ProcessLookupError, PermissionError):
+    except (ProcessLookupError, PermissionError, OverflowError):
         return False
 
 
@@ -44,7 +45,7 @@ def signal_groups(groups: set[int], sig: int) -> None:
     for g in groups:
         try:
             os.killpg(g, sig)
-        except (ProcessLookupError, PermissionError):
+        except (ProcessLookupError, PermissionError, OverflowError):
             pass
 
 
@@ -54,9 +55,10 @@ def stat(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             line = f.read()
-        return line[line.rindex(")") + 2:].split()
+        fields = line[line.rindex(")") + 2:].split()
     except (OSError, ValueError):
         return None
+    return fields if len(fields) > 19 else None
 
 
 def start_time(pid: int) -> int | None:
@@ -137,8 +139,8 @@ def main() -> None:
     paths: set[str] = set()
     for line in sys.stdin.buffer:
         op, _, arg = line.decode("utf-8", "surrogateescape").rstrip("\n").partition(" ")
-        if op in ("+g", "-g") and not arg.isdigit():
-            continue  # (unreadable: skipped)
+        if op in ("+g", "-g") and not (arg.isascii() and arg.isdigit() and 0 < int(arg) <= PID_MAX):
+            continue  # (unreadable: skipped; group 0 would be the reaper's own)
         if op == "+g":
             groups[int(arg)] = start_time(int(arg))
         elif op == "-g":
