@@ -163,6 +163,21 @@ def test_em_gives_a_leaf_that_rests_on_one_row_its_column_marginal():
             assert abs(mean - 37.123456789) > 30
 
 
+def test_em_keeping_leaves_leaves_one_rows_leaf_as_it_was():
+    """``keep_leaves`` (a cluster's circuit refitted from a circuit of all rows): the leaf that one
+    row alone reaches keeps the parameters it had, neither that row's value nor the marginal of
+    the rows EM runs on, while a leaf of many rows is refitted to them."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(3, 1, 199), [37.123456789]])[:, None]
+    c = Circuit(Schema((Feature("x", "continuous"),)))
+    a = c.leaf(0, "gaussian", {"mean": np.array(0.0), "std": np.array(1.0)})
+    b = c.leaf(0, "gaussian", {"mean": np.array(37.0), "std": np.array(0.5)})
+    c.sum([a, b], np.array([0.99, 0.01]))
+    em(c, x, iterations=3, min_rows=FLOOR, keep_leaves=True)
+    assert (float(c.nodes[b].params["mean"]), float(c.nodes[b].params["std"])) == (37.0, 0.5)
+    assert float(c.nodes[a].params["mean"]) == pytest.approx(x[:199].mean(), abs=0.05)
+
+
 def test_em_keeps_the_weights_of_a_sum_that_one_row_uses():
     """The sum under an outlier's component is used by that row alone: EM would set its weights to
     the row's choice; with the floor they stay."""

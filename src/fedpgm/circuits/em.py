@@ -9,15 +9,15 @@ rows per iteration; mini-batch (stepwise, online) EM keeps running statistics up
 every batch with step size (t + 2)^-decay (Liang and Klein 2009). EM stops in a local optimum
 that depends on the initialisation, so ``em_best_of`` trains several and keeps the best fit.
 
-A floor of ``min_rows`` rows (a FedPC client's privacy policy; 1: none) holds in every M-step:
-a leaf whose weights over the rows (its posteriors, observed values only; in stepwise EM the
+A floor of ``min_rows`` rows (a FedPC client's privacy policy; 1: none) holds in every M-step: a
+leaf whose weights over the rows (its posteriors, observed values only; in stepwise EM the
 running statistics' weights) rest on fewer (sum w < min_rows x max w: no row carries over
 1/min_rows of the weight, so Kish's (sum w)^2 / sum w^2 is at least min_rows too) takes the
 statistics of all rows of its variable instead (the marginal, scaled to its weight sum; with
-fewer observed rows than that, none: a leaf of no data), and a sum whose flow rests on fewer
-keeps its weights. Stepwise EM bounds a row's running weight by the sum, over sweeps (a row is
-in one batch per sweep), of the largest decayed weight of the sweep's batches; so no parameter
-EM writes rests on fewer than ``min_rows`` rows.
+fewer observed rows than that, none: a leaf of no data; with ``keep_leaves``, its parameters as
+they were), and a sum whose flow rests on fewer keeps its weights. Stepwise EM bounds a row's
+running weight by the sum, over sweeps (a row is in one batch per sweep), of the largest decayed
+weight of the sweep's batches; so no parameter EM writes rests on fewer than ``min_rows`` rows.
 
 The E-step's upward and top-down passes run in float32 by default (``E_STEP_DTYPE``): the flows
 are posterior probabilities, kept to about 1e-6 relative, and what is summed from them (edge
@@ -138,10 +138,12 @@ def marginal_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, mi
     return out
 
 
-def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[np.ndarray], min_rows: int) -> dict:
+def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[np.ndarray] | None,
+            min_rows: int) -> dict:
     """``stats`` (with "mass" and "top" entries) where every leaf and sum rests on ``min_rows``
-    rows: a leaf below takes ``marginal`` (of ``marginal_statistics``) times its weight sum, a sum
-    its current weights times its flow (module doc)."""
+    rows: a leaf below takes ``marginal`` (of ``marginal_statistics``) times its weight sum (None:
+    it has no statistics, so the M-step keeps its parameters), a sum its current weights times its
+    flow (module doc)."""
     out = dict(stats)
     for k, layer in enumerate(cc.layers):
         sums = stats.get(("mass", "sum", k))
@@ -150,7 +152,10 @@ def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[n
             old = np.concatenate([circuit.nodes[node_id].weights for node_id in layer.nodes])  # type: ignore[union-attr]
             out[("edge", k)] = np.where(low[parent], sums[parent] * old, stats[("edge", k)])
     for i, j, node_id in below_floor(cc, stats, min_rows):
-        out[("leaf", node_id)] = marginal[i][j] * stats[("mass", "leaf", i)][j]
+        if marginal is None:
+            del out[("leaf", node_id)]
+        else:
+            out[("leaf", node_id)] = marginal[i][j] * stats[("mass", "leaf", i)][j]
     return out
 
 
@@ -280,10 +285,13 @@ def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict, floors: np.ndarra
 def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | None = None,
        decay: float = 0.6, seed: int = 0, tol: float = 1e-6, progress=None,
        floors: np.ndarray | None = None, alpha: float = ALPHA, min_rows: int = 1,
-       deadline: float | None = None) -> list[float]:
+       deadline: float | None = None, keep_leaves: bool = False) -> list[float]:
     """Refine ``circuit``'s parameters in place; returns the mean train log-likelihood of
     each pass (under the parameters at the start of that pass). ``alpha``: the leaves'
-    pseudo-count per state or bin in every M-step; ``min_rows``: the floor (module doc).
+    pseudo-count per state or bin in every M-step; ``min_rows``: the floor (module doc);
+    ``keep_leaves``: a leaf below it keeps its parameters rather than taking the marginal of X
+    (for a circuit refitted on a subset of the rows its leaves were learned on: a cluster's, in
+    ``fedpc.client.refitted``).
 
     ``batch_size=None``: batch EM. Otherwise stepwise EM over shuffled mini-batches.
     ``deadline`` (a ``time.perf_counter()`` time): no pass, and no mini-batch predicted to end
@@ -302,7 +310,7 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
     running: dict | None = None
     step = 0
     cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)  # (compiled once; each M-step's parameters reloaded)
-    marginal = marginal_statistics(circuit, cc, X, min_rows) if min_rows > 1 else []
+    marginal = marginal_statistics(circuit, cc, X, min_rows) if min_rows > 1 and not keep_leaves else None
     closed: dict = {}  # stepwise EM with a floor: the bound on a row's running weight from past sweeps
 
     def update(stats: dict) -> None:

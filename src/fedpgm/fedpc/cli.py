@@ -66,6 +66,11 @@ def fit(
         help="aligned gluing: pseudo-rows per observed tuple of cluster indices, pulling their co-occurrence "
              "toward the plain product of the client circuits (0: the counts alone; auto: the product's "
              "weight chosen on held-out tuples)", show_default="auto", min=0.0)] = None,
+    cluster_fit: Annotated[str, typer.Option(
+        help="how each client fits its cluster circuits: learn (a structure learned on each cluster's rows, "
+             "the paper's), refit (its circuit of all rows, refitted by EM on each cluster's rows), auto "
+             "(refit for aligned gluing with learnspn, else learn: adapts)",
+        click_type=one_of("cluster_fit"))] = "auto",
     refine_passes: Annotated[Optional[int], typer.Option(
         help="horizontal: at most this many passes of federated EM over every client's rows after the one "
              "pass, kept while each client's held-out rows score better (0: the paper's one pass)",
@@ -176,7 +181,7 @@ def fit(
                            partition=partition_options(scheme, label_to, shared, overlap, regions, band),
                            centralized=not no_centralized, timeout=timeout, min_clients=min_clients,
                            align=align, smoothing=smoothing,
-                           refine_passes=refine_passes).check(fcdt=fcdt)  # (before any data)
+                           refine_passes=refine_passes, cluster_fit=cluster_fit).check(fcdt=fcdt)  # (before any data)
     outputs = prepare_outputs(out, force, json=json_out)
     ds = load(dataset, data_dir, seed, rows, label, schema, missing, test_size)
     if fcdt:

@@ -6,7 +6,8 @@
   EM refinement (``answers_em``); never rows.
 - ``fit``: one circuit per subspace shared with other clients (on all rows) and, for this
   client's own subspace, its rows clustered by k-means on those columns only and one circuit per
-  cluster (with ``whole``, one more on all its rows). The circuits are kept in the client's work
+  cluster, learned on the cluster's rows or, with ``refit``, the circuit of all its rows
+  refitted by EM on them (``refitted``; with ``whole``, that circuit of all rows is sent too). The circuits are kept in the client's work
   folder; the reply carries them (structure JSON in the config, packed parameters as arrays)
   only for server placement. With aligned gluing the reply also carries the set of the client's
   row tokens (hashes of its row ids under a key the parties share and the coordinator does not
@@ -35,6 +36,7 @@ machine of its own, whatever else shares this one.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import shutil
 import time
@@ -48,11 +50,12 @@ from sklearn.cluster import KMeans
 from fedpgm.circuits import learnspn
 from fedpgm.circuits.dense_inputs import INPUTS
 from fedpgm.circuits.compiled import CompiledCircuit
-from fedpgm.circuits.em import E_STEP_DTYPE, expected_statistics, resting
+from fedpgm.circuits.em import E_STEP_DTYPE, em as em_passes, expected_statistics, resting
+from fedpgm.circuits.estimator import as_matrix
 from fedpgm.circuits.io import from_payload, load_circuit, save_payload, to_payload
 from fedpgm.circuits.learners import LEARNERS, learner_spec, log_likelihood_of
-from fedpgm.circuits.leaves import CONTINUOUS_LEAVES
-from fedpgm.circuits.structure import combine
+from fedpgm.circuits.leaves import ALPHA, CONTINUOUS_LEAVES
+from fedpgm.circuits.structure import Circuit, combine
 from fedpgm.circuits.weighted import MIN_STD, std_floors
 from fedpgm.data.partition import ClientData
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
@@ -116,7 +119,7 @@ PARAMS = Fields({
 })
 FIT = Contract({"shared": ListOf(Columns(), 64), "own": Columns(), "learner": Choice(*LEARNERS),
                 "clusters": Int(1, 256), "params": PARAMS, "send": Flag(), "memberships": Flag(),
-                "whole": Flag()},
+                "whole": Flag(), "refit": Flag()},
                required=("shared", "own", "learner", "clusters", "params", "send"))
 # EM statistics for a circuit the server assembled: the client trains nothing, but what it sends
 # is a function of a model the server chose (``sent_model``: refused where the policy wants DP)
@@ -162,6 +165,23 @@ def learn(ctx: ClientContext, names: list[str], rows: np.ndarray, learner: str, 
         return combine(parts, schema, "product")
     params = defaults.resolve(params, len(rows), ctx.policy.min_rows)
     return spec.estimator(**params).fit(whole.iloc[rows], schema, reference=whole).circuit_
+
+
+def refitted(ctx: ClientContext, whole: Circuit, rows: np.ndarray, params: dict) -> Circuit:
+    """A copy of ``whole`` (the client's circuit of all its rows) with its parameters refitted
+    by ``CLUSTER_EM_PASSES`` passes of batch EM over ``rows`` (a cluster), the leaves' std floors
+    those of all the client's rows: ``cluster_fit="refit"`` (``fedpc.defaults``). A leaf whose
+    share of the cluster's rows is below the policy's ``min_rows`` keeps its parameters, fitted on
+    at least that many of the client's rows (``em``'s ``keep_leaves``), and such a sum its
+    weights. Taking the marginal of the cluster's rows instead (``em``'s default) made breast
+    cancer's 4 clusters of 10 columns 0.1 to 2.4 nats per row worse after one pass, against 0.9
+    to 1.8 nats better."""
+    schema = whole.schema
+    X = as_matrix(ctx.data.train[schema.names], schema)
+    circuit = copy.deepcopy(whole)
+    em_passes(circuit, X[rows], iterations=defaults.CLUSTER_EM_PASSES, floors=std_floors(X),
+              alpha=params.get("alpha", ALPHA), min_rows=ctx.policy.min_rows, keep_leaves=True)
+    return circuit
 
 
 def standardised(x: np.ndarray) -> np.ndarray:
@@ -280,13 +300,18 @@ def fit(request: Message, ctx: ClientContext) -> Message:
         labels = clusters_of(ctx, cfg["own"], k, int(params.get("seed", 0)), by_label=by_label)
         labels = merge_small(ctx, cfg["own"], labels, by_label)
         k = int(labels.max()) + 1
+        refit = bool(cfg.get("refit")) and k > 1 and not spec.dense
+        whole = learn(ctx, cfg["own"], everything, learner, params) if k > 1 and (refit or cfg.get("whole")) else None
         for c in range(k):
             rows = np.flatnonzero(labels == c)
             if len(rows) == 0:
                 raise FedpgmError(f"cluster {c} of client '{ctx.client_id}' is empty; lower --clusters")
-            add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
-        if cfg.get("whole") and k > 1:  # (aligned gluing's product of the clients: ``plan.glue``)
-            add("whole", learn(ctx, cfg["own"], everything, learner, params), len(everything))
+            if refit and whole is not None:
+                add(f"cluster{c}", refitted(ctx, whole, rows, params), len(rows))
+            else:
+                add(f"cluster{c}", learn(ctx, cfg["own"], rows, learner, params), len(rows))
+        if cfg.get("whole") and whole is not None:  # (aligned gluing's product of the clients: ``plan.glue``)
+            add("whole", whole, len(everything))
         if cfg.get("memberships"):  # keyed by a hash only the parties can make (fedpgm.federation.secret)
             tokens = row_tokens(ctx, ctx.data.train.index)
             order = np.argsort(tokens)  # (in token order: a row's place says nothing of its id)

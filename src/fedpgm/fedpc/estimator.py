@@ -47,7 +47,9 @@ class FederatedPC(FederatedEstimator):
     ``smoothing`` (aligned gluing's pseudo-rows per cluster tuple toward the product of the
     clients; None: a weight chosen on held-out tuples), ``refine_passes`` (horizontal: at most
     this many passes of federated EM after the one pass, kept while held-out rows score better,
-    ``fedpgm.fedpc.refine``; None: auto; 0: the paper's one pass), ``seed``. ``check_params`` checks them
+    ``fedpgm.fedpc.refine``; None: auto; 0: the paper's one pass), ``cluster_fit`` (learn: a
+    structure per cluster, the paper's; refit: the client's circuit of all rows refitted by EM on
+    each cluster; auto: ``fedpgm.fedpc.defaults.cluster_fit``), ``seed``. ``check_params`` checks them
     all, the learner's own ``params`` included (by building the learner), before any data is read."""
 
     _parameter_constraints: dict = {
@@ -61,13 +63,15 @@ class FederatedPC(FederatedEstimator):
         "align": [StrOptions({"none", "psi"})],
         "smoothing": [Interval(Real, 0, None, closed="left"), None],
         "refine_passes": [Interval(Integral, 0, 10, closed="both"), None],
+        "cluster_fit": [StrOptions({"auto", "learn", "refit"})],
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
     }
 
     def __init__(self, clusters: int | None = None, glue: str = "auto", products: int | None = None,
                  learner: str = "learnspn", params: dict | None = None, backend: str = "inprocess",
                  timeout: float = 3600.0, min_clients: int | None = None, align: str = "none",
-                 smoothing: float | None = None, refine_passes: int | None = None, seed: int = 0) -> None:
+                 smoothing: float | None = None, refine_passes: int | None = None, cluster_fit: str = "auto",
+                 seed: int = 0) -> None:
         self.clusters = clusters
         self.glue = glue
         self.products = products
@@ -79,6 +83,7 @@ class FederatedPC(FederatedEstimator):
         self.align = align
         self.smoothing = smoothing
         self.refine_passes = refine_passes
+        self.cluster_fit = cluster_fit
         self.seed = seed
 
     def fit_args(self) -> dict:
@@ -86,7 +91,7 @@ class FederatedPC(FederatedEstimator):
         return {"clusters": self.clusters, "glue_how": self.glue, "products": self.products,
                 "learner": self.learner, "params": dict(self.params or {}), "placement": "server",
                 "seed": self.seed, "min_clients": self.min_clients, "align": self.align,
-                "smoothing": self.smoothing, "refine_passes": self.refine_passes}
+                "smoothing": self.smoothing, "refine_passes": self.refine_passes, "cluster_fit": self.cluster_fit}
 
     def check_params(self) -> "FederatedPC":
         """The parameters' ranges, then the learner's ``params`` (``learner_params``) and the

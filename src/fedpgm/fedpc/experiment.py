@@ -66,13 +66,14 @@ class FitSettings:
     align: str = "none"  # "psi": private row alignment before the fit (fedpgm.federation.psi)
     smoothing: float | None = None  # aligned gluing: pseudo-rows per cluster tuple (None: auto)
     refine_passes: int | None = None  # horizontal: federated EM passes at most (None: auto; 0: none)
+    cluster_fit: str = "auto"  # learn, refit or auto (fedpgm.fedpc.defaults.cluster_fit)
 
     def estimator(self) -> FederatedPC:
         """The ``FederatedPC`` of these settings (its parameters: this fit's)."""
         return FederatedPC(clusters=self.clusters, glue=self.glue, products=self.products, learner=self.learner,
                            params=dict(self.params), backend=self.backend, timeout=self.timeout,
                            min_clients=self.min_clients, align=self.align, smoothing=self.smoothing,
-                           refine_passes=self.refine_passes, seed=self.seed)
+                           refine_passes=self.refine_passes, cluster_fit=self.cluster_fit, seed=self.seed)
 
     def check(self, fcdt: bool = False) -> "FitSettings":
         """``self`` when every setting holds, else a one-line ``FedpgmError``; run before any data
@@ -195,7 +196,7 @@ def run_fedpc(ds: Dataset, settings: FitSettings, out: str | Path | None = None,
     if requested != settings.clients:  # (a narrow table: ``within_columns``)
         report["settings"]["clients_requested"] = requested
     for key in ("n_nodes", "n_edges", "n_params", "left_out", "client_policy", "alignment", "glue", "clusters",
-                "tuple_model", "em", "shared_with_server"):
+                "cluster_fit", "tuple_model", "em", "shared_with_server"):
         if key in info:
             report[key] = info[key]
     pixels = images.layout(ds.schema) is not None and images.levels(ds.schema) is not None

@@ -99,7 +99,7 @@ def check_alignment(described: dict, spaces) -> None:
 def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "auto", products: int | None = None,
               learner: str = "learnspn", params: dict | None = None, placement: str = "server",
               seed: int = 0, min_clients: int | None = None, align: str = "none",
-              smoothing: float | None = None, refine_passes: int | None = None) -> FedPC:
+              smoothing: float | None = None, refine_passes: int | None = None, cluster_fit: str = "auto") -> FedPC:
     """Learn a federated circuit in one pass (Algorithm 1); see the module doc.
 
     ``glue_how``: random, combinatorial, aligned or auto (``defaults.glue``); ``clusters``: per
@@ -108,6 +108,10 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     the clients' circuits of all their rows (the observed tuples' weight; 0: the counts alone);
     None: the tuples' model (observed tuples or latent classes) and the product's weight chosen
     on held-out tuples (``plan.tuple_model``).
+
+    ``cluster_fit``: how each client fits its cluster circuits: learn (a structure per cluster,
+    the paper's), refit (its circuit of all rows, refitted by EM on each cluster's rows) or auto
+    (``defaults.cluster_fit``).
 
     ``refine_passes``: in a horizontal federation with server placement, at most this many
     passes of federated EM over every client's rows refine the assembled circuit, kept while the
@@ -131,6 +135,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
                           f"{EM_REQUESTS} EM requests per run), got {refine_passes!r}")
     if smoothing is not None and not smoothing >= 0:
         raise FedpgmError(f"smoothing (pseudo-rows per cluster tuple) must be >= 0, got {smoothing}")
+    if cluster_fit not in defaults.CLUSTER_FITS + ("auto",):
+        raise FedpgmError(f"unknown cluster fit '{cluster_fit}'; use auto or one of {', '.join(defaults.CLUSTER_FITS)}")
     if glue_how not in GLUES + ("auto",):
         raise FedpgmError(f"unknown glue '{glue_how}'; use auto or one of {', '.join(GLUES)}")
     if placement not in PLACEMENTS:
@@ -158,6 +164,7 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     check_alignment(described, spaces)
     requested, glue_how = glue_how, defaults.glue(glue_how, spaces, described)
     clusters = defaults.clusters(glue_how) if clusters is None else clusters
+    fits_clusters = defaults.cluster_fit(cluster_fit, glue_how, learner)
     per_client: dict[str, tuple[dict, dict]] = {}
     for c in described:
         shared = [names for names, holders in spaces if c in holders and len(holders) > 1]
@@ -168,7 +175,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
         per_client[c] = ({}, {"shared": shared, "own": own, "clusters": clusters, "learner": learner,
                               "params": params, "send": placement == "server",
                               "memberships": glue_how == "aligned" and bool(own),
-                              "whole": glue_how == "aligned" and smoothing != 0})
+                              "whole": glue_how == "aligned" and smoothing != 0,
+                              "refit": fits_clusters == "refit"})
     server_cpu = time.process_time() - server_cpu
     if glue_how == "aligned":  # the key of the row tokens and masks, unknown to this server
         clustering = [c for c, (_, cfg) in per_client.items() if cfg["own"]]
@@ -233,6 +241,7 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
         client_seconds = {c: s + refined["client_seconds"][c] for c, s in client_seconds.items()}
     policy = {c: m.config["policy"] for c, m in replies.items() if "policy" in m.config}
     info = {"clusters": clusters, "glue": glue_how, "glue_requested": requested, "smoothing": smoothing,
+            "cluster_fit": fits_clusters,
             "learner": learner, "params": params,
             "placement": placement, "plan": plan.describe(),
             "client_seconds": client_seconds, "server_seconds": server_cpu,
