@@ -19,6 +19,8 @@ latent tree's discrete columns are left out of the count (their codes are in any
 tables are floored by ``floor_cpts`` and EM's sums, tested below with Adam's projection.
 """
 
+import copy
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
@@ -163,19 +165,24 @@ def test_em_gives_a_leaf_that_rests_on_one_row_its_column_marginal():
             assert abs(mean - 37.123456789) > 30
 
 
-def test_em_keeping_leaves_leaves_one_rows_leaf_as_it_was():
-    """``keep_leaves`` (a cluster's circuit refitted from a circuit of all rows): the leaf that one
+def test_em_keeping_nodes_below_the_floor_leaves_one_rows_leaf_and_edge_as_they_were():
+    """``keep_below`` (a cluster's circuit refitted from a circuit of all rows): the leaf that one
     row alone reaches keeps the parameters it had, neither that row's value nor the marginal of
-    the rows EM runs on, while a leaf of many rows is refitted to them."""
+    the rows EM runs on, and its sum keeps its weights (their split would count that one row),
+    while a leaf of many rows is refitted to them. Without it, the sum's weights are refitted."""
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(3, 1, 199), [37.123456789]])[:, None]
     c = Circuit(Schema((Feature("x", "continuous"),)))
     a = c.leaf(0, "gaussian", {"mean": np.array(0.0), "std": np.array(1.0)})
     b = c.leaf(0, "gaussian", {"mean": np.array(37.0), "std": np.array(0.5)})
-    c.sum([a, b], np.array([0.99, 0.01]))
-    em(c, x, iterations=3, min_rows=FLOOR, keep_leaves=True)
+    root = c.sum([a, b], np.array([0.9, 0.1]))
+    plain = copy.deepcopy(c)
+    em(c, x, iterations=3, min_rows=FLOOR, keep_below=True)
     assert (float(c.nodes[b].params["mean"]), float(c.nodes[b].params["std"])) == (37.0, 0.5)
     assert float(c.nodes[a].params["mean"]) == pytest.approx(x[:199].mean(), abs=0.05)
+    np.testing.assert_allclose(c.nodes[root].weights, [0.9, 0.1], atol=1e-6)
+    em(plain, x, iterations=3, min_rows=FLOOR)
+    assert plain.nodes[root].weights[1] < 0.02  # (refitted: 0.011, the one row and the marginal's tail)
 
 
 def test_em_keeps_the_weights_of_a_sum_that_one_row_uses():

@@ -14,8 +14,10 @@ leaf whose weights over the rows (its posteriors, observed values only; in stepw
 running statistics' weights) rest on fewer (sum w < min_rows x max w: no row carries over
 1/min_rows of the weight, so Kish's (sum w)^2 / sum w^2 is at least min_rows too) takes the
 statistics of all rows of its variable instead (the marginal, scaled to its weight sum; with
-fewer observed rows than that, none: a leaf of no data; with ``keep_leaves``, its parameters as
-they were), and a sum whose flow rests on fewer keeps its weights. Stepwise EM bounds a row's
+fewer observed rows than that, none: a leaf of no data), and a sum whose flow rests on fewer
+keeps its weights. With ``keep_below`` every node whose statistics ``resting`` would leave out
+(below the floor, a sum with an edge below it, a categorical or Bernoulli leaf with a state below
+it, a leaf of another discrete type) keeps its parameters. Stepwise EM bounds a row's
 running weight by the sum, over sweeps (a row is in one batch per sweep), of the largest decayed
 weight of the sweep's batches; so no parameter EM writes rests on fewer than ``min_rows`` rows.
 
@@ -138,12 +140,10 @@ def marginal_statistics(circuit: Circuit, cc: CompiledCircuit, X: np.ndarray, mi
     return out
 
 
-def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[np.ndarray] | None,
-            min_rows: int) -> dict:
+def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[np.ndarray], min_rows: int) -> dict:
     """``stats`` (with "mass" and "top" entries) where every leaf and sum rests on ``min_rows``
-    rows: a leaf below takes ``marginal`` (of ``marginal_statistics``) times its weight sum (None:
-    it has no statistics, so the M-step keeps its parameters), a sum its current weights times its
-    flow (module doc)."""
+    rows: a leaf below takes ``marginal`` (of ``marginal_statistics``) times its weight sum, a sum
+    its current weights times its flow (module doc)."""
     out = dict(stats)
     for k, layer in enumerate(cc.layers):
         sums = stats.get(("mass", "sum", k))
@@ -152,10 +152,7 @@ def floored(circuit: Circuit, cc: CompiledCircuit, stats: dict, marginal: list[n
             old = np.concatenate([circuit.nodes[node_id].weights for node_id in layer.nodes])  # type: ignore[union-attr]
             out[("edge", k)] = np.where(low[parent], sums[parent] * old, stats[("edge", k)])
     for i, j, node_id in below_floor(cc, stats, min_rows):
-        if marginal is None:
-            del out[("leaf", node_id)]
-        else:
-            out[("leaf", node_id)] = marginal[i][j] * stats[("mass", "leaf", i)][j]
+        out[("leaf", node_id)] = marginal[i][j] * stats[("mass", "leaf", i)][j]
     return out
 
 
@@ -285,13 +282,13 @@ def m_step(circuit: Circuit, cc: CompiledCircuit, stats: dict, floors: np.ndarra
 def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | None = None,
        decay: float = 0.6, seed: int = 0, tol: float = 1e-6, progress=None,
        floors: np.ndarray | None = None, alpha: float = ALPHA, min_rows: int = 1,
-       deadline: float | None = None, keep_leaves: bool = False) -> list[float]:
+       deadline: float | None = None, keep_below: bool = False) -> list[float]:
     """Refine ``circuit``'s parameters in place; returns the mean train log-likelihood of
     each pass (under the parameters at the start of that pass). ``alpha``: the leaves'
     pseudo-count per state or bin in every M-step; ``min_rows``: the floor (module doc);
-    ``keep_leaves``: a leaf below it keeps its parameters rather than taking the marginal of X
-    (for a circuit refitted on a subset of the rows its leaves were learned on: a cluster's, in
-    ``fedpc.client.refitted``).
+    ``keep_below`` (batch EM only): a node below it keeps its parameters, as ``resting`` floors
+    the statistics of a circuit someone else chose (module doc; for a circuit refitted on a
+    subset of the rows it was learned on: a cluster's, in ``fedpc.client.refitted``).
 
     ``batch_size=None``: batch EM. Otherwise stepwise EM over shuffled mini-batches.
     ``deadline`` (a ``time.perf_counter()`` time): no pass, and no mini-batch predicted to end
@@ -303,6 +300,8 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
         raise FedpgmError(f"iterations must be >= 1, got {iterations}")
     if batch_size is not None and batch_size < 1:
         raise FedpgmError(f"batch_size must be >= 1, got {batch_size}")
+    if keep_below and batch_size is not None:
+        raise FedpgmError("keep_below floors batch EM only; use batch_size=None")
     X = np.asarray(X, dtype=float)
     floors = std_floors(X) if floors is None else floors
     rng = np.random.default_rng(seed)
@@ -310,11 +309,15 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
     running: dict | None = None
     step = 0
     cc = CompiledCircuit(circuit, dtype=E_STEP_DTYPE)  # (compiled once; each M-step's parameters reloaded)
-    marginal = marginal_statistics(circuit, cc, X, min_rows) if min_rows > 1 and not keep_leaves else None
+    marginal = marginal_statistics(circuit, cc, X, min_rows) if min_rows > 1 and not keep_below else []
     closed: dict = {}  # stepwise EM with a floor: the bound on a row's running weight from past sweeps
 
     def update(stats: dict) -> None:
-        m_step(circuit, cc, floored(circuit, cc, stats, marginal, min_rows) if min_rows > 1 else stats, floors, alpha)
+        if keep_below and min_rows > 1:
+            stats = by_layer(circuit, cc, resting(circuit, cc, stats, min_rows))
+        elif min_rows > 1:
+            stats = floored(circuit, cc, stats, marginal, min_rows)
+        m_step(circuit, cc, stats, floors, alpha)
 
     slowest = 0.0  # seconds of the slowest mini-batch yet
 
@@ -326,7 +329,7 @@ def em(circuit: Circuit, X: np.ndarray, iterations: int = 10, batch_size: int | 
             break
         if batch_size is None:
             try:
-                stats, total = expected_statistics(circuit, cc, X, min_rows > 1, deadline)
+                stats, total = expected_statistics(circuit, cc, X, min_rows > 1, deadline, splits=keep_below)
             except PastDeadline:
                 break
             update(stats)

@@ -7,12 +7,12 @@
 - ``fit``: one circuit per subspace shared with other clients (on all rows) and, for this
   client's own subspace, its rows clustered by k-means on those columns only and one circuit per
   cluster, learned on the cluster's rows or, with ``refit``, the circuit of all its rows
-  refitted by EM on them (``refitted``; with ``whole``, that circuit of all rows is sent too). The circuits are kept in the client's work
-  folder; the reply carries them (structure JSON in the config, packed parameters as arrays)
-  only for server placement. With aligned gluing the reply also carries the set of the client's
-  row tokens (hashes of its row ids under a key the parties share and the coordinator does not
-  know, ``fedpgm.federation.secret``), so the server can find the rows every clustering party
-  holds; no cluster index.
+  refitted by EM on them (``refitted``; with ``whole``, that circuit of all rows is sent too).
+  The circuits are kept in the client's work folder; the reply carries them (structure JSON in
+  the config, packed parameters as arrays) only for server placement. With aligned gluing the
+  reply also carries the set of the client's row tokens (hashes of its row ids under a key the
+  parties share and the coordinator does not know, ``fedpgm.federation.secret``), so the server
+  can find the rows every clustering party holds; no cluster index.
 - ``cooccurrence`` (aligned gluing): for those shared rows, each row's cluster index times a
   weight plus masks that cancel over the parties, in an order only the parties can derive. The
   server's sum over the parties is the rows' tuples of cluster indices in an order it cannot link
@@ -56,7 +56,7 @@ from fedpgm.circuits.io import from_payload, load_circuit, save_payload, to_payl
 from fedpgm.circuits.learners import LEARNERS, learner_spec, log_likelihood_of
 from fedpgm.circuits.leaves import ALPHA, CONTINUOUS_LEAVES
 from fedpgm.circuits.structure import Circuit, combine
-from fedpgm.circuits.weighted import MIN_STD, std_floors
+from fedpgm.circuits.weighted import MIN_STD, MIN_STD_FRACTION, std_floors
 from fedpgm.data.partition import ClientData
 from fedpgm.data.policy import ClientPolicy, PolicyRefusal
 from fedpgm.data.schema import Feature, Schema
@@ -170,17 +170,18 @@ def learn(ctx: ClientContext, names: list[str], rows: np.ndarray, learner: str, 
 def refitted(ctx: ClientContext, whole: Circuit, rows: np.ndarray, params: dict) -> Circuit:
     """A copy of ``whole`` (the client's circuit of all its rows) with its parameters refitted
     by ``CLUSTER_EM_PASSES`` passes of batch EM over ``rows`` (a cluster), the leaves' std floors
-    those of all the client's rows: ``cluster_fit="refit"`` (``fedpc.defaults``). A leaf whose
-    share of the cluster's rows is below the policy's ``min_rows`` keeps its parameters, fitted on
-    at least that many of the client's rows (``em``'s ``keep_leaves``), and such a sum its
-    weights. Taking the marginal of the cluster's rows instead (``em``'s default) made breast
-    cancer's 4 clusters of 10 columns 0.1 to 2.4 nats per row worse after one pass, against 0.9
-    to 1.8 nats better."""
+    those of all the client's rows: ``cluster_fit="refit"`` (``fedpc.defaults``). A node whose
+    statistics would rest on fewer than the policy's ``min_rows`` of the cluster's rows (a sum with
+    such an edge, a categorical leaf with such a state: ``em.resting``) keeps its parameters,
+    fitted on at least that many of the client's rows (``em``'s ``keep_below``). Taking the
+    marginal of the cluster's rows for a leaf below instead (``em``'s default) made breast
+    cancer's 4 clusters of 10 columns 0.1 to 2.4 nats per row worse after one pass."""
     schema = whole.schema
     X = as_matrix(ctx.data.train[schema.names], schema)
     circuit = copy.deepcopy(whole)
-    em_passes(circuit, X[rows], iterations=defaults.CLUSTER_EM_PASSES, floors=std_floors(X),
-              alpha=params.get("alpha", ALPHA), min_rows=ctx.policy.min_rows, keep_leaves=True)
+    floors = std_floors(X, params.get("min_std_fraction", MIN_STD_FRACTION))  # (as ``whole`` was fitted)
+    em_passes(circuit, X[rows], iterations=defaults.CLUSTER_EM_PASSES, floors=floors,
+              alpha=params.get("alpha", ALPHA), min_rows=ctx.policy.min_rows, keep_below=True)
     return circuit
 
 

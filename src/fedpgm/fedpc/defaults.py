@@ -48,6 +48,7 @@
 
 from __future__ import annotations
 
+from fedpgm.circuits.learners import learner_spec
 from fedpgm.circuits.selection import default_settings
 
 MAX_SLICE = 100  # the paper's
@@ -74,7 +75,10 @@ def glue(requested: str, spaces: list[tuple[list[str], list[str]]], described: d
 
 def cluster_fit(requested: str, glue: str, learner: str) -> str:
     """How a client fits its cluster circuits: ``requested``, or for ``auto`` refit where the
-    gluing is aligned and the learner learnspn, else learn (module doc)."""
+    gluing is aligned and the learner learnspn, else learn (module doc); learn for a dense
+    learner (its circuits are trained by epochs, not refitted by EM here)."""
+    if learner_spec(learner).dense:
+        return "learn"
     if requested != "auto":
         return requested
     return "refit" if glue == "aligned" and learner == "learnspn" else "learn"
