@@ -45,8 +45,8 @@ def variants(dataset: str, seed: int) -> dict[str, tuple[str, FitSettings]]:
         f"horizontal x5 iid, min {scaled}": ("horizontal", with_min(replace(horizontal, partition={"scheme": "iid"}),
                                                                    scaled)),
         "hybrid x2 combinatorial K=2 (paper)": ("hybrid", hybrid),
-        "hybrid x2 aligned K=2": ("hybrid", replace(hybrid, glue="aligned", cluster_fit="learn")),  # (as measured)
-        "hybrid x2 aligned K=8": ("hybrid", replace(hybrid, glue="aligned", clusters=8, cluster_fit="learn")),
+        "hybrid x2 aligned K=2": ("hybrid", replace(hybrid, glue="aligned")),
+        "hybrid x2 aligned K=8": ("hybrid", replace(hybrid, glue="aligned", clusters=8)),
         f"hybrid x2 combinatorial K=2, min {max(2, hybrid.params['min_instances_slice'] // 2)}":
             ("hybrid", with_min(hybrid, max(2, hybrid.params["min_instances_slice"] // 2))),
     }

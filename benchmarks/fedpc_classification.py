@@ -56,8 +56,7 @@ def run_seed(name: str, seed: int, args) -> dict:
     for split, k in SETTINGS:
         t0 = time.perf_counter()
         if "fcpc" in args.methods:
-            glue = ({"glue": "aligned", "clusters": 8, "cluster_fit": "learn"}  # (as its results were measured)
-                    if split != "horizontal" else {"glue": "random", "clusters": 2})
+            glue = {"glue": "aligned", "clusters": 8} if split != "horizontal" else {"glue": "random", "clusters": 2}
             s = FitSettings(split=split, clients=k, partition=options(split), seed=seed, centralized=False,
                             refine_passes=0,  # (the paper's one pass)
                             params={"min_instances_slice": args.min_instances, "by_label": args.by_label,

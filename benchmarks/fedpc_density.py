@@ -42,8 +42,7 @@ from fedpgm.federation.base import ClientFailed  # noqa: E402
 from fedpgm.fedpc.experiment import FitSettings, centralized, paper_settings, run_fedpc  # noqa: E402
 
 SPLITS = (("horizontal", 5, {"scheme": "label-skew"}), ("vertical", 2, {}), ("hybrid", 2, {}))
-METHODS = {"random K=2": {"glue": "random", "clusters": 2},  # (aligned: cluster circuits learned, as measured)
-           "aligned K=8": {"glue": "aligned", "clusters": 8, "cluster_fit": "learn"}}
+METHODS = {"random K=2": {"glue": "random", "clusters": 2}, "aligned K=8": {"glue": "aligned", "clusters": 8}}
 
 
 def standardizing_shift(ds) -> float:

@@ -30,7 +30,7 @@ CHOICES = {
     "scheme": ("iid", "label-skew", "dirichlet"),  # fedpgm.data.partition.HORIZONTAL_SCHEMES
     "backend": ("inprocess", "flower", "simulation"),  # fedpgm.federation.apps.BACKENDS
     "glue": ("auto", "random", "combinatorial", "aligned"),  # "auto" and fedpgm.fedpc.plan.GLUES
-    "cluster_fit": ("auto", "learn", "refit"),  # "auto" and fedpgm.fedpc.defaults.CLUSTER_FITS
+    "cluster_fit": ("learn", "refit"),  # fedpgm.fedpc.defaults.CLUSTER_FITS
     "placement": ("server", "split"),  # fedpgm.fedpc.server.PLACEMENTS
     "align": ("none", "psi"),  # fedpgm.federation.psi.ALIGNMENTS
     "tree_root": ("auto", "mean", "product"),  # fedpgm.fedpc.trees.COMBINES

@@ -42,7 +42,7 @@ def test_bad_input_exits_2_and_writes_nothing(cli, tmp_path):
                           (("--split", "vertical", "--clusters", "100000"), "clusters requested"),
                           (("--split", "vertical", "--min-instances", "some"), "a whole number >= 1 or auto"),
                           (("--split", "vertical", "--glue", "magic"), "'magic' is not one of 'auto', 'random',"),
-                          (("--split", "vertical", "--cluster-fit", "magic"), "'magic' is not one of 'auto', 'learn',"),
+                          (("--split", "vertical", "--cluster-fit", "magic"), "'magic' is not one of 'learn', 'refit'"),
                           (("--split", "vertical", "--learner", "ratspn", "--restarts", "0"), "--restarts must be >= 1"),
                           (("--split", "vertical", "--align", "magic"), "'magic' is not one of 'none', 'psi'"),
                           (("--split", "vertical", "--overlap", "0.8"), "privately with align='psi' (--align psi)"),

@@ -59,7 +59,9 @@ def test_the_default_gluing_is_never_below_the_product_of_the_clients():
     assert run(part, glue_how="random", clusters=2).score(ds.test) < product - 1.0
     auto = run(part)
     assert (auto.info["glue"], auto.info["glue_requested"], auto.info["clusters"]) == ("aligned", "auto", 32)
-    assert auto.info["cluster_fit"] == "refit" and run(part, glue_how="random").info["cluster_fit"] == "learn"
+    assert auto.info["cluster_fit"] == "learn"  # (the paper's)
+    refit = run(part, cluster_fit="refit")  # (-2.374 nats per row against the default's -2.296 here)
+    assert refit.info["cluster_fit"] == "refit" and product < refit.score(ds.test) < auto.score(ds.test)
     assert len(auto.plan.products) > 1 and 0.0 <= auto.info["tuple_model"]["product_weight"] < 1.0
     assert auto.score(ds.test) > product + 0.05
     part.clients[1].policy = ClientPolicy(memberships=False)

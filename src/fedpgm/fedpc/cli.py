@@ -68,9 +68,9 @@ def fit(
              "weight chosen on held-out tuples)", show_default="auto", min=0.0)] = None,
     cluster_fit: Annotated[str, typer.Option(
         help="how each client fits its cluster circuits: learn (a structure learned on each cluster's rows, "
-             "the paper's), refit (its circuit of all rows, refitted by EM on each cluster's rows), auto "
-             "(refit for aligned gluing with learnspn, else learn: adapts)",
-        click_type=one_of("cluster_fit"))] = "auto",
+             "the paper's), refit (LearnSPN: its circuit of all rows, refitted by EM on each cluster's rows; "
+             "faster, on the corpus of docs/real_tables.md lower log-likelihood)",
+        click_type=one_of("cluster_fit"))] = "learn",
     refine_passes: Annotated[Optional[int], typer.Option(
         help="horizontal: at most this many passes of federated EM over every client's rows after the one "
              "pass, kept while each client's held-out rows score better (0: the paper's one pass)",

@@ -24,20 +24,16 @@
   is blind to the rows and adds dependence the data does not have (vertical x3, test nats per
   row, 2 random clusters against the product: a 10,000-row sample of diamonds -20.86 against
   -17.46, Default -22.93 against -19.27); ``ALIGNED_CLUSTERS`` for aligned gluing.
-- ``cluster_fit``: ``auto`` refits the cluster circuits of aligned gluing with the learnspn
-  learner (``refit``): each cluster's circuit is the client's circuit of all its rows, its
-  parameters re-estimated by ``CLUSTER_EM_PASSES`` EM passes over the cluster's rows (every
-  leaf's statistics resting on at least the policy's ``min_rows`` rows), instead of a structure
-  learned on the cluster's rows alone (``learn``, the paper's, kept for random and combinatorial
-  gluing and the other learners). A cluster holds a 32nd of a client's rows, too few for
-  LearnSPN to find much structure in; the client's rows as a whole do. Over the 45 tables of
-  docs/real_tables.md, test LL below centralized, median, learn -> refit (better / worse by
-  more than half a point, of 45): vertical x3 4.05% -> 2.41% (15 / 9), x8 -1.32% -> -1.34%
-  (6 / 6), hybrid x3 6.79% -> 6.97% (6 / 6), x8 2.66% -> 2.98% (2 / 6); fits below the plain
-  product 1 -> 0 (modeldata/attrition vertical x3); 2 passes, or the marginal of the cluster's
-  rows for a node below the floor, did worse (docs/real_tables.md). Critical path at 3 clients
-  against the centralized fit, median: vertical 3.50x -> 3.81x, hybrid 2.04x -> 1.81x (fits
-  above 1.5x: 44 -> 44 and 37 -> 32).
+- ``cluster_fit`` stays ``learn`` (the paper's: a LearnSPN structure per cluster, on a 32nd of
+  a client's rows with aligned gluing). ``refit`` learns one circuit on all the client's rows and
+  refits its parameters by ``CLUSTER_EM_PASSES`` EM passes over each cluster's rows, every node
+  whose statistics would rest on fewer than ``min_rows`` of them keeping its parameters
+  (``circuits.em.resting``'s floor). Over the 45 tables of docs/real_tables.md it is worse: test
+  LL below centralized, median, learn -> refit (better / worse by more than half a point, of
+  45): vertical x3 4.05% -> 3.86% (10 / 20), x8 -1.32% -> -0.39% (4 / 27), hybrid x3 6.79% ->
+  7.06% (3 / 23), x8 2.66% -> 4.93% (1 / 18). With only leaves and sums below the floor kept
+  (no floor per edge) it was better (2.41%, -1.34%, 6.97%, 2.98%, no fit below the plain
+  product), but a sum's edge could then rest on one row of a cluster: not kept.
 - ``by_label`` stays off (the paper's): one structure per class raised the accuracy of small
   multi-class tables (penguins horizontal x3: 0.986 to 1.000) but cost log-likelihood and the
   minority class's F1 on binary ones (Wage: -13.40 to -13.80 nats, macro-F1 0.670 to 0.616;
@@ -53,7 +49,7 @@ from fedpgm.circuits.selection import default_settings
 
 MAX_SLICE = 100  # the paper's
 ALIGNED_CLUSTERS = 32
-CLUSTER_EM_PASSES = 4  # refitted cluster circuits' EM passes (2 passes: module doc)
+CLUSTER_EM_PASSES = 4  # EM passes of a refitted cluster circuit (cluster_fit="refit"; 2 did worse in a first version)
 CLUSTER_FITS = ("learn", "refit")
 
 
@@ -73,15 +69,10 @@ def glue(requested: str, spaces: list[tuple[list[str], list[str]]], described: d
     return "aligned" if len(own) >= 2 and able else "random"
 
 
-def cluster_fit(requested: str, glue: str, learner: str) -> str:
-    """How a client fits its cluster circuits: ``requested``, or for ``auto`` refit where the
-    gluing is aligned and the learner learnspn, else learn (module doc); learn for a dense
+def cluster_fit(requested: str, learner: str) -> str:
+    """How a client fits its cluster circuits: ``requested`` (module doc), learn for a dense
     learner (its circuits are trained by epochs, not refitted by EM here)."""
-    if learner_spec(learner).dense:
-        return "learn"
-    if requested != "auto":
-        return requested
-    return "refit" if glue == "aligned" and learner == "learnspn" else "learn"
+    return "learn" if learner_spec(learner).dense else requested
 
 
 def clusters(glue: str) -> int:

@@ -49,7 +49,7 @@ class FederatedPC(FederatedEstimator):
     this many passes of federated EM after the one pass, kept while held-out rows score better,
     ``fedpgm.fedpc.refine``; None: auto; 0: the paper's one pass), ``cluster_fit`` (learn: a
     structure per cluster, the paper's; refit: the client's circuit of all rows refitted by EM on
-    each cluster; auto: ``fedpgm.fedpc.defaults.cluster_fit``), ``seed``. ``check_params`` checks them
+    each cluster, ``fedpgm.fedpc.defaults.cluster_fit``), ``seed``. ``check_params`` checks them
     all, the learner's own ``params`` included (by building the learner), before any data is read."""
 
     _parameter_constraints: dict = {
@@ -63,14 +63,14 @@ class FederatedPC(FederatedEstimator):
         "align": [StrOptions({"none", "psi"})],
         "smoothing": [Interval(Real, 0, None, closed="left"), None],
         "refine_passes": [Interval(Integral, 0, 10, closed="both"), None],
-        "cluster_fit": [StrOptions({"auto", "learn", "refit"})],
+        "cluster_fit": [StrOptions({"learn", "refit"})],
         "seed": [Interval(Integral, 0, 2**32 - 1, closed="both")],
     }
 
     def __init__(self, clusters: int | None = None, glue: str = "auto", products: int | None = None,
                  learner: str = "learnspn", params: dict | None = None, backend: str = "inprocess",
                  timeout: float = 3600.0, min_clients: int | None = None, align: str = "none",
-                 smoothing: float | None = None, refine_passes: int | None = None, cluster_fit: str = "auto",
+                 smoothing: float | None = None, refine_passes: int | None = None, cluster_fit: str = "learn",
                  seed: int = 0) -> None:
         self.clusters = clusters
         self.glue = glue

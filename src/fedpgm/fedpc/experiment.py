@@ -66,7 +66,7 @@ class FitSettings:
     align: str = "none"  # "psi": private row alignment before the fit (fedpgm.federation.psi)
     smoothing: float | None = None  # aligned gluing: pseudo-rows per cluster tuple (None: auto)
     refine_passes: int | None = None  # horizontal: federated EM passes at most (None: auto; 0: none)
-    cluster_fit: str = "auto"  # learn, refit or auto (fedpgm.fedpc.defaults.cluster_fit)
+    cluster_fit: str = "learn"  # or refit (fedpgm.fedpc.defaults.cluster_fit)
 
     def estimator(self) -> FederatedPC:
         """The ``FederatedPC`` of these settings (its parameters: this fit's)."""

@@ -99,7 +99,7 @@ def check_alignment(described: dict, spaces) -> None:
 def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "auto", products: int | None = None,
               learner: str = "learnspn", params: dict | None = None, placement: str = "server",
               seed: int = 0, min_clients: int | None = None, align: str = "none",
-              smoothing: float | None = None, refine_passes: int | None = None, cluster_fit: str = "auto") -> FedPC:
+              smoothing: float | None = None, refine_passes: int | None = None, cluster_fit: str = "learn") -> FedPC:
     """Learn a federated circuit in one pass (Algorithm 1); see the module doc.
 
     ``glue_how``: random, combinatorial, aligned or auto (``defaults.glue``); ``clusters``: per
@@ -110,8 +110,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     on held-out tuples (``plan.tuple_model``).
 
     ``cluster_fit``: how each client fits its cluster circuits: learn (a structure per cluster,
-    the paper's), refit (its circuit of all rows, refitted by EM on each cluster's rows) or auto
-    (``defaults.cluster_fit``).
+    the paper's) or refit (its circuit of all rows, refitted by EM on each cluster's rows;
+    ``defaults.cluster_fit``).
 
     ``refine_passes``: in a horizontal federation with server placement, at most this many
     passes of federated EM over every client's rows refine the assembled circuit, kept while the
@@ -135,8 +135,8 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
                           f"{EM_REQUESTS} EM requests per run), got {refine_passes!r}")
     if smoothing is not None and not smoothing >= 0:
         raise FedpgmError(f"smoothing (pseudo-rows per cluster tuple) must be >= 0, got {smoothing}")
-    if cluster_fit not in defaults.CLUSTER_FITS + ("auto",):
-        raise FedpgmError(f"unknown cluster fit '{cluster_fit}'; use auto or one of {', '.join(defaults.CLUSTER_FITS)}")
+    if cluster_fit not in defaults.CLUSTER_FITS:
+        raise FedpgmError(f"unknown cluster fit '{cluster_fit}'; use one of {', '.join(defaults.CLUSTER_FITS)}")
     if glue_how not in GLUES + ("auto",):
         raise FedpgmError(f"unknown glue '{glue_how}'; use auto or one of {', '.join(GLUES)}")
     if placement not in PLACEMENTS:
@@ -164,7 +164,7 @@ def fit_fedpc(fed: Federation, clusters: int | None = None, glue_how: str = "aut
     check_alignment(described, spaces)
     requested, glue_how = glue_how, defaults.glue(glue_how, spaces, described)
     clusters = defaults.clusters(glue_how) if clusters is None else clusters
-    fits_clusters = defaults.cluster_fit(cluster_fit, glue_how, learner)
+    fits_clusters = defaults.cluster_fit(cluster_fit, learner)
     per_client: dict[str, tuple[dict, dict]] = {}
     for c in described:
         shared = [names for names, holders in spaces if c in holders and len(holders) > 1]
