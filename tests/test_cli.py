@@ -210,6 +210,7 @@ def test_enumerated_options_list_their_values_and_refuse_others(cli):
     from fedpgm.data.partition import HORIZONTAL_SCHEMES, SPLITS
     from fedpgm.federation.apps import BACKENDS
     from fedpgm.federation.psi import ALIGNMENTS
+    from fedpgm.fedpc.defaults import CLUSTER_FITS
     from fedpgm.fedpc.plan import GLUES
     from fedpgm.fedpc.server import PLACEMENTS
     from fedpgm.fedpc.experts import ENSEMBLES
@@ -223,7 +224,7 @@ def test_enumerated_options_list_their_values_and_refuse_others(cli):
                        "ngm_mode": MODES, "model": KINDS, "regime": REGIMES, "dp_scope": DP_SCOPES,
                        "protocol": PROTOCOLS, "select": SELECTIONS, "structure": STRUCTURES, "inputs": INPUTS,
                        "train": METHODS, "device": DEVICES, "regions": IMAGE_SPLITS,
-                       "hide": HIDE, "how": HOW}
+                       "hide": HIDE, "how": HOW, "cluster_fit": CLUSTER_FITS}
     from typer.main import get_command
 
     from fedpgm.cli import app
